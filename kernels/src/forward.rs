@@ -1,0 +1,335 @@
+//! The forward row kernel: one fused pass that reads each row of `x` once (when it fits in
+//! registers), reduces its sum of squares in fp32, and writes `act(x * r * gamma)`.
+//!
+//! Mapping: a cube is `lanes_per_row x rows_per_cube` units; lane `l` of a row owns the vectors
+//! `l, l + lanes, l + 2 lanes, ...` of that row, so a plane's loads are contiguous. Cubes walk
+//! the row groups with a grid stride, so a capped grid is persistent: gamma is loaded into
+//! registers once per unit and reused for every row it handles. Every unit of a cube runs the
+//! same number of iterations (rows past the end are masked, not skipped), which keeps cube
+//! barriers of the shared-memory reduction uniform.
+
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::knobs::{Knobs, LaneReduce, RowConfig};
+use crate::params::{Activation, NormParams};
+
+/// The logical problem: `rows` rows of `channels` contiguous elements (row-major, row stride
+/// `channels`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowsProblem {
+    pub rows: usize,
+    pub channels: usize,
+}
+
+/// Why a launch was refused. Every variant names the offending value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForwardError {
+    /// The knobs cannot run this problem on this device.
+    InvalidKnobs(String),
+}
+
+impl core::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ForwardError::InvalidKnobs(why) => write!(f, "invalid knobs: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+/// Sum of the lanes of a vector.
+#[cube]
+fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
+    let mut sum = 0.0f32;
+    #[unroll]
+    for k in 0..N::value() {
+        sum += v.extract(k);
+    }
+    sum
+}
+
+/// Combines the partial sums of the `lanes_per_row` units of a row; every lane gets the total.
+#[cube]
+fn lane_sum(value: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: RowConfig) -> f32 {
+    let lanes = cfg.lanes_per_row;
+    let steps = comptime![lanes.trailing_zeros()];
+    let mut total = value;
+    if comptime![lanes > 1] {
+        match comptime![cfg.lane_reduce] {
+            LaneReduce::Plane => {
+                #[unroll]
+                for k in 0..steps {
+                    total += plane_shuffle_xor(total, (lanes >> 1) >> k);
+                }
+            }
+            LaneReduce::Shared => {
+                let lane = UNIT_POS_X as usize;
+                let first = UNIT_POS_Y as usize * lanes as usize;
+                shared[first + lane] = value;
+                sync_cube();
+                #[unroll]
+                for k in 0..steps {
+                    let stride = ((lanes >> 1) >> k) as usize;
+                    if lane < stride {
+                        let other = shared[first + lane + stride];
+                        shared[first + lane] += other;
+                    }
+                    sync_cube();
+                }
+                total = shared[first];
+                // Everyone has read the total before the next row overwrites it.
+                sync_cube();
+            }
+        }
+    }
+    total
+}
+
+/// `1 / sqrt(max(ms + eps, floor))`; a NaN mean stays NaN (no `fmax` that would drop it).
+#[cube]
+fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f32 {
+    let d = sum_sq * inv_channels + eps;
+    let d = select(d < floor, floor, d);
+    d.inverse_sqrt()
+}
+
+#[cube]
+fn activate<N: Size>(v: Vector<f32, N>, #[comptime] activation: Activation) -> Vector<f32, N> {
+    let mut y = v;
+    if comptime![activation == Activation::Silu] {
+        let one = Vector::<f32, N>::new(1.0f32);
+        y = v / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - v));
+    }
+    y
+}
+
+/// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
+/// `vecs_per_row = C / N` and the row count are run-time values.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[Vector<G, N>],
+    out: &mut [Vector<E, N>],
+    rows: usize,
+    vecs_per_row: usize,
+    inv_channels: f32,
+    eps: f32,
+    floor: f32,
+    #[comptime] cfg: RowConfig,
+    #[define(E, G)] _types: [ElemType; 2],
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let vpl = comptime![cfg.vectors_per_lane];
+    let shared_len = comptime![match cfg.lane_reduce {
+        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
+        LaneReduce::Plane => 1usize,
+    }];
+    let mut shared = Shared::<[f32]>::new_slice(shared_len);
+
+    let lane = UNIT_POS_X as usize;
+    let row_in_group = UNIT_POS_Y as usize;
+    let groups = (rows + rows_per_cube - 1) / rows_per_cube;
+    let mut group = CUBE_POS;
+
+    if comptime![vpl > 0] {
+        // The row fits in registers: read x once, keep gamma for every row of this unit.
+        let mut g = Array::<Vector<f32, N>>::new(vpl);
+        #[unroll]
+        for i in 0..vpl {
+            let j = lane + i * lanes;
+            g[i] = Vector::<f32, N>::new(0.0f32);
+            if j < vecs_per_row {
+                g[i] = Vector::<f32, N>::cast_from(gamma[j]);
+            }
+        }
+        let mut xs = Array::<Vector<f32, N>>::new(vpl);
+        while group < groups {
+            let row = group * rows_per_cube + row_in_group;
+            let active = row < rows;
+            let base = row * vecs_per_row;
+            let mut acc = Vector::<f32, N>::new(0.0f32);
+            #[unroll]
+            for i in 0..vpl {
+                let j = lane + i * lanes;
+                xs[i] = Vector::<f32, N>::new(0.0f32);
+                if active && j < vecs_per_row {
+                    let v = Vector::<f32, N>::cast_from(x[base + j]);
+                    xs[i] = v;
+                    acc += v * v;
+                }
+            }
+            let total = lane_sum(horizontal_sum::<N>(acc), &mut shared, cfg);
+            let r = Vector::<f32, N>::new(inv_rms(total, inv_channels, eps, floor));
+            #[unroll]
+            for i in 0..vpl {
+                let j = lane + i * lanes;
+                if active && j < vecs_per_row {
+                    let y = activate::<N>(xs[i] * r * g[i], cfg.activation);
+                    out[base + j] = Vector::<E, N>::cast_from(y);
+                }
+            }
+            group += CUBE_COUNT;
+        }
+    } else {
+        // Rows too long for registers: one pass for the sum of squares, a second (mostly from
+        // cache) for the output.
+        while group < groups {
+            let row = group * rows_per_cube + row_in_group;
+            let active = row < rows;
+            let base = row * vecs_per_row;
+            let mut acc = Vector::<f32, N>::new(0.0f32);
+            if active {
+                let mut j = lane;
+                while j < vecs_per_row {
+                    let v = Vector::<f32, N>::cast_from(x[base + j]);
+                    acc += v * v;
+                    j += lanes;
+                }
+            }
+            let total = lane_sum(horizontal_sum::<N>(acc), &mut shared, cfg);
+            let r = Vector::<f32, N>::new(inv_rms(total, inv_channels, eps, floor));
+            if active {
+                let mut j = lane;
+                while j < vecs_per_row {
+                    let v = Vector::<f32, N>::cast_from(x[base + j]);
+                    let g = Vector::<f32, N>::cast_from(gamma[j]);
+                    let y = activate::<N>(v * r * g, cfg.activation);
+                    out[base + j] = Vector::<E, N>::cast_from(y);
+                    j += lanes;
+                }
+            }
+            group += CUBE_COUNT;
+        }
+    }
+}
+
+/// Checks that `knobs` can run `problem` on `client`'s device with buffers at these offsets.
+pub fn validate_knobs(
+    client: &Client,
+    knobs: &Knobs,
+    problem: RowsProblem,
+    byte_offsets: &[u64],
+    elem_sizes: &[usize],
+) -> Result<(), ForwardError> {
+    let bad = |why: String| Err(ForwardError::InvalidKnobs(why));
+    let props = client.properties();
+    let hw = &props.hardware;
+    if knobs.vector_size == 0 || !problem.channels.is_multiple_of(knobs.vector_size) {
+        return bad(format!(
+            "vector_size {} must divide C = {}",
+            knobs.vector_size, problem.channels
+        ));
+    }
+    for (&offset, &size) in byte_offsets.iter().zip(elem_sizes) {
+        if !offset.is_multiple_of((knobs.vector_size * size) as u64) {
+            return bad(format!(
+                "vector_size {} is not aligned with a buffer offset of {offset} bytes",
+                knobs.vector_size
+            ));
+        }
+    }
+    if knobs.vector_size > hw.max_vector_size {
+        return bad(format!(
+            "vector_size {} exceeds the device maximum {}",
+            knobs.vector_size, hw.max_vector_size
+        ));
+    }
+    if !knobs.lanes_per_row.is_power_of_two() {
+        return bad(format!(
+            "lanes_per_row {} must be a power of two",
+            knobs.lanes_per_row
+        ));
+    }
+    if knobs.rows_per_cube == 0 || knobs.units_per_cube() > hw.max_units_per_cube {
+        return bad(format!(
+            "a cube of {} lanes x {} rows exceeds the device's {} units per cube",
+            knobs.lanes_per_row, knobs.rows_per_cube, hw.max_units_per_cube
+        ));
+    }
+    if knobs.lanes_per_row > 1 && knobs.lane_reduce == LaneReduce::Plane {
+        let has_plane_ops = client
+            .features()
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops);
+        if !has_plane_ops || knobs.lanes_per_row > hw.plane_size_min {
+            return bad(format!(
+                "plane reduction over {} lanes needs plane ops and a plane of at least that many \
+                 units (this device: plane ops {has_plane_ops}, plane size {})",
+                knobs.lanes_per_row, hw.plane_size_min
+            ));
+        }
+    }
+    if knobs.max_cubes == Some(0) {
+        return bad("max_cubes must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Launches the row kernel on `client`. `x` and `out` hold `rows * channels` elements of
+/// `x_type`, `gamma` holds `channels` elements of `gamma_type`. Does nothing for zero rows.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_forward(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    out: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+    norm: NormParams,
+    activation: Activation,
+    knobs: &Knobs,
+) -> Result<(), ForwardError> {
+    let RowsProblem { rows, channels } = problem;
+    if rows == 0 || channels == 0 {
+        return Ok(());
+    }
+    let offsets = [
+        x.offset_start.unwrap_or(0),
+        gamma.offset_start.unwrap_or(0),
+        out.offset_start.unwrap_or(0),
+    ];
+    let sizes = [x_type.size(), gamma_type.size(), x_type.size()];
+    validate_knobs(client, knobs, problem, &offsets, &sizes)?;
+
+    let vector_size = knobs.vector_size;
+    let cfg = knobs.row_config(channels, activation);
+    let vecs_per_row = channels / vector_size;
+    let groups = rows.div_ceil(knobs.rows_per_cube as usize);
+    let max_grid = client.properties().hardware.max_cube_count.0 as usize;
+    let cubes = groups
+        .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
+        .min(max_grid);
+    let address_type = AddressType::from_len(rows * channels);
+    let len = rows * vecs_per_row;
+
+    log::debug!(
+        "rms_norm_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs:?} \
+         cubes={cubes}"
+    );
+    unsafe {
+        rms_norm_rows::launch_unchecked(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
+            address_type,
+            vector_size,
+            BufferArg::from_raw_parts(x, len),
+            BufferArg::from_raw_parts(gamma, vecs_per_row),
+            BufferArg::from_raw_parts(out, len),
+            rows,
+            vecs_per_row,
+            (1.0f64 / channels as f64) as f32,
+            norm.eps,
+            norm.floor,
+            cfg,
+            [x_type, gamma_type],
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! CubeCL kernels for the fused RMSNorm + SiLU operation.
+//!
+//! `y = act(x * rsqrt(max(mean(x^2) + eps, floor)) * gamma)` over the last axis of a row-major
+//! `[rows, C]` view, fp32 math inside, with `act` SiLU (or the identity for a plain norm).
+//!
+//! This crate knows nothing about Burn: it takes cubecl handles and element types. Its rooms:
+//! - [`knobs`]: the launch parameters of the row kernel, a plain comptime struct;
+//! - [`select`]: how the knobs are chosen for a device and shape (a heuristic valid everywhere);
+//! - [`forward`]: the row kernel itself and its launch;
+//! - [`reference`]: an f64 host reference of the same function, for tests and demos.
+
+pub mod forward;
+pub mod knobs;
+pub mod params;
+pub mod reference;
+pub mod select;
+
+pub use forward::{ForwardError, RowsProblem, launch_forward};
+pub use knobs::{Knobs, LaneReduce};
+pub use params::{Activation, NormParams};
+pub use select::select_knobs;
+
+/// Re-exported so downstream crates name the same cubecl.
+pub use cubecl;

@@ -1,0 +1,137 @@
+//! The public functions: argument checks, then one call of the backend extension.
+
+use burn::backend::Dispatch;
+use burn::tensor::Tensor;
+
+use crate::backend::RmsNormSiluBackend;
+use crate::composed::is_supported_float;
+pub use rmsnorm_silu_kernels::Activation;
+use rmsnorm_silu_kernels::NormParams;
+
+/// How the per-row scale is formed from the row's mean of squares `ms`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Norm {
+    /// cuDNN / `burn::nn::RmsNorm`: `x * rsqrt(ms + eps)`.
+    Rms { eps: f32 },
+    /// `F.normalize(x) * sqrt(C)` (the Wan VAE's `RMS_norm`): `x / max(||x||_2, eps) * sqrt(C)`,
+    /// i.e. `x / max(rms(x), eps / sqrt(C))`: a clamp, not an epsilon under the root.
+    /// For non-degenerate rows this equals [`Norm::Rms`] with `eps_rms = eps^2 / C` up to
+    /// rounding (cuDNN's documentation maps it with `eps_rms = eps_l2 / C`); rows whose norm is
+    /// below `eps` (all-zero rows) differ.
+    L2Clamp { eps: f32 },
+}
+
+impl Norm {
+    /// The Wan VAE's norm: `F.normalize` with PyTorch's default `eps = 1e-12`.
+    pub const WAN: Norm = Norm::L2Clamp { eps: 1e-12 };
+
+    fn eps(&self) -> f32 {
+        match *self {
+            Norm::Rms { eps } | Norm::L2Clamp { eps } => eps,
+        }
+    }
+
+    /// Kernel parameters for rows of `channels` elements.
+    pub fn params(&self, channels: usize) -> NormParams {
+        match *self {
+            Norm::Rms { eps } => NormParams::rms(eps),
+            Norm::L2Clamp { eps } => NormParams::l2_clamp(eps, channels.max(1)),
+        }
+    }
+}
+
+/// Options of [`rms_norm_silu_with`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RmsNormSiluOptions {
+    pub norm: Norm,
+    pub activation: Activation,
+}
+
+impl RmsNormSiluOptions {
+    /// RMSNorm with `eps` under the root, then SiLU (the cuDNN engine's op).
+    pub fn rms(eps: f32) -> Self {
+        Self {
+            norm: Norm::Rms { eps },
+            activation: Activation::Silu,
+        }
+    }
+
+    /// The Wan VAE's `RMS_norm` then SiLU.
+    pub fn wan() -> Self {
+        Self {
+            norm: Norm::WAN,
+            activation: Activation::Silu,
+        }
+    }
+
+    /// The same options with another activation (`Activation::Identity` for a plain norm).
+    pub fn with_activation(self, activation: Activation) -> Self {
+        Self { activation, ..self }
+    }
+}
+
+/// `silu(x * rsqrt(mean(x^2) + eps) * gamma)` over the last axis of `x`, in one fused kernel on
+/// CubeCL devices. fp32 math inside; the output has the shape and float dtype of `x`.
+///
+/// # Panics
+/// With a message naming the argument when `gamma` is not of length `C` (the last axis of
+/// `x`), `eps` is negative, NaN or infinite, a tensor is not f64/f32/f16/bf16 (quantized
+/// tensors included; integer and bool tensors are rejected by the type system), or `x` and
+/// `gamma` are on different devices.
+pub fn rms_norm_silu<const D: usize>(x: Tensor<D>, gamma: Tensor<1>, eps: f32) -> Tensor<D> {
+    rms_norm_silu_with(x, gamma, RmsNormSiluOptions::rms(eps))
+}
+
+/// [`rms_norm_silu`] with a choice of norm semantics and activation.
+pub fn rms_norm_silu_with<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+) -> Tensor<D> {
+    let channels = check_arguments(&x, &gamma, &options);
+    let NormParams { eps, floor } = options.norm.params(channels);
+    let silu = options.activation == Activation::Silu;
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        eps,
+        floor,
+        silu,
+    );
+    Tensor::from_dispatch(out)
+}
+
+/// Panics with a message naming the argument on bad input; returns C.
+fn check_arguments<const D: usize>(
+    x: &Tensor<D>,
+    gamma: &Tensor<1>,
+    options: &RmsNormSiluOptions,
+) -> usize {
+    assert!(D >= 1, "rms_norm_silu: `x` must have rank >= 1");
+    let dims = x.dims();
+    let channels = dims[D - 1];
+    let [gamma_len] = gamma.dims();
+    assert!(
+        gamma_len == channels,
+        "rms_norm_silu: `gamma` must have length C = {channels} (the last axis of `x`, shape \
+         {dims:?}), got {gamma_len}"
+    );
+    let eps = options.norm.eps();
+    assert!(
+        eps.is_finite() && eps >= 0.0,
+        "rms_norm_silu: `eps` must be finite and >= 0, got {eps}"
+    );
+    for (name, dtype) in [("x", x.dtype()), ("gamma", gamma.dtype())] {
+        assert!(
+            is_supported_float(dtype),
+            "rms_norm_silu: `{name}` must be a float tensor (f64, f32, f16 or bf16), got {dtype:?}"
+        );
+    }
+    let (x_device, gamma_device) = (x.device(), gamma.device());
+    assert!(
+        x_device == gamma_device,
+        "rms_norm_silu: `x` and `gamma` must be on the same device, got x on {x_device:?} and \
+         gamma on {gamma_device:?}"
+    );
+    channels
+}

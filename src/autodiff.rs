@@ -1,0 +1,81 @@
+//! Autodiff: the forward runs the inner backend's op (the fused kernel on CubeCL backends) and
+//! registers a backward node whose gradients come from [`crate::composed::backward`].
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::backend::{Backend, tensor::FloatTensor};
+
+use crate::backend::RmsNormSiluBackend;
+use crate::composed;
+
+#[derive(Debug)]
+struct RmsNormSiluBackward;
+
+/// What the backward needs: the inputs (inner-backend primitives) and the scalars.
+#[derive(Clone, Debug)]
+struct SavedInputs<B: Backend> {
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    eps: f32,
+    floor: f32,
+    silu: bool,
+}
+
+impl<B: Backend> Backward<B, 2> for RmsNormSiluBackward {
+    type State = SavedInputs<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let SavedInputs {
+            x,
+            gamma,
+            eps,
+            floor,
+            silu,
+        } = ops.state;
+        let dy = grads.consume::<B>(&ops.node);
+        let (dx, dgamma) = composed::backward::<B>(x, gamma, dy, eps, floor, silu);
+        let [x_parent, gamma_parent] = ops.parents;
+        if let Some(node) = x_parent {
+            grads.register::<B>(node.id, dx);
+        }
+        if let Some(node) = gamma_parent {
+            grads.register::<B>(node.id, dgamma);
+        }
+    }
+}
+
+impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend
+    for Autodiff<B, C>
+{
+    fn rms_norm_silu(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> FloatTensor<Self> {
+        let (x, x_node) = x.into_parts();
+        let (gamma, gamma_node) = gamma.into_parts();
+        match RmsNormSiluBackward
+            .prepare::<C>([x_node, gamma_node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let saved = SavedInputs {
+                    x: x.clone(),
+                    gamma: gamma.clone(),
+                    eps,
+                    floor,
+                    silu,
+                };
+                prep.finish(saved, B::rms_norm_silu(x, gamma, eps, floor, silu))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::rms_norm_silu(x, gamma, eps, floor, silu)),
+        }
+    }
+}

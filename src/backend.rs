@@ -1,0 +1,27 @@
+//! The backend extension: one trait method, implemented by the fused kernel on CubeCL backends
+//! (and, generated, under Fusion), by the composed Burn ops elsewhere, and with a registered
+//! backward under Autodiff.
+
+use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+
+/// Backends that can run the fused RMSNorm (+ SiLU).
+///
+/// `r = 1 / sqrt(max(mean(x^2) + eps, floor))` per row of the last axis, then
+/// `y = act(x * r * gamma)` with `act` SiLU when `silu` is true, else the identity.
+/// Inputs are validated by [`crate::rms_norm_silu_with`]; implementations may assume a float
+/// `x` of rank >= 1 whose last axis has the length of the 1-D `gamma`, on the same device.
+#[backend_extension(Cube: cfg(any(feature = "cuda", feature = "cpu")), Fusion, Autodiff, Flex)]
+pub trait RmsNormSiluBackend: Backend {
+    #[fusion(dtype = x, shape = x)]
+    fn rms_norm_silu(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> FloatTensor<Self> {
+        crate::composed::forward::<Self>(x, gamma, eps, floor, silu)
+    }
+}
+
+impl RmsNormSiluBackend for burn::backend::Flex {}

@@ -1,0 +1,32 @@
+//! Fused RMSNorm + SiLU for [Burn](https://burn.dev), as one CubeCL kernel.
+//!
+//! ```text
+//! y = silu(x * rsqrt(mean(x^2) + eps) * gamma)      over the last axis, fp32 math inside
+//! ```
+//!
+//! - [`rms_norm_silu`]: the op on any Burn device. On CubeCL devices (CUDA, the CubeCL CPU
+//!   runtime; raw, under Fusion, under Autodiff) it runs the fused kernel of the
+//!   `rmsnorm-silu-kernels` crate; on other backends (Flex) a composed implementation with the
+//!   same semantics.
+//! - [`rms_norm_silu_with`] and [`RmsNormSiluOptions`]: the Wan-VAE (`F.normalize`) variant,
+//!   and the plain norm without SiLU.
+//! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
+//!
+//! Rooms: [`api`] validates arguments and routes a `Tensor` to the backend extension
+//! ([`backend`]); [`cube`] turns CubeCL tensors into a kernel launch; [`composed`] is the
+//! backend-generic implementation from Burn ops (used by non-CubeCL backends and as the
+//! backward pass); [`autodiff`] registers the backward.
+
+pub mod api;
+pub mod autodiff;
+pub mod backend;
+pub mod composed;
+#[cfg(any(feature = "cuda", feature = "cpu"))]
+pub mod cube;
+pub mod module;
+
+pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_with};
+pub use backend::RmsNormSiluBackend;
+pub use module::{RmsNormSilu, RmsNormSiluConfig};
+pub use rmsnorm_silu_kernels as kernels;
+pub use rmsnorm_silu_kernels::Activation;

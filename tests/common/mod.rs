@@ -1,0 +1,112 @@
+//! Shared test helpers: the device under test, fresh random inputs, the f64 reference.
+
+#![allow(dead_code)]
+
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rmsnorm_silu_kernels::reference::{Comparison, compare, rms_norm_silu_f64};
+use rmsnorm_silu_kernels::{Activation, NormParams};
+
+/// The device the tests run on: the CubeCL CPU runtime, or CUDA with `RMSNORM_TEST_DEVICE=cuda`.
+pub fn device() -> Device {
+    match std::env::var("RMSNORM_TEST_DEVICE").as_deref() {
+        Ok("cuda") => Device::cuda(0),
+        Ok("cpu") | Err(_) => Device::cpu(),
+        Ok(other) => panic!("RMSNORM_TEST_DEVICE must be `cpu` or `cuda`, got {other}"),
+    }
+}
+
+pub fn on_gpu() -> bool {
+    matches!(std::env::var("RMSNORM_TEST_DEVICE").as_deref(), Ok("cuda"))
+}
+
+/// A fresh RNG; the seed is printed so a failure can be replayed with `RMSNORM_TEST_SEED`.
+pub fn rng(test: &str) -> StdRng {
+    let seed = std::env::var("RMSNORM_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random::<u64>());
+    eprintln!("{test}: RMSNORM_TEST_SEED={seed}");
+    StdRng::seed_from_u64(seed)
+}
+
+/// Standard normal samples (Box-Muller).
+pub fn randn(rng: &mut StdRng, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+            let u2: f64 = rng.random::<f64>();
+            (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        })
+        .collect()
+}
+
+/// Uniform samples in `[lo, hi)`.
+pub fn uniform(rng: &mut StdRng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n).map(|_| lo + (hi - lo) * rng.random::<f64>()).collect()
+}
+
+/// Values rounded to `dtype`, as the f64 values the device will actually see.
+pub fn round_to(values: &[f64], dtype: DType) -> Vec<f64> {
+    values
+        .iter()
+        .map(|&v| match dtype {
+            DType::BF16 => bf16::from_f64(v).to_f64(),
+            DType::F16 => f16::from_f64(v).to_f64(),
+            DType::F32 => v as f32 as f64,
+            DType::F64 => v,
+            other => panic!("no rounding for {other:?}"),
+        })
+        .collect()
+}
+
+/// `TensorData` of `values` stored as `dtype`.
+pub fn data(values: &[f64], shape: Vec<usize>, dtype: DType) -> TensorData {
+    match dtype {
+        DType::BF16 => TensorData::new(values.iter().map(|&v| bf16::from_f64(v)).collect(), shape),
+        DType::F16 => TensorData::new(values.iter().map(|&v| f16::from_f64(v)).collect(), shape),
+        DType::F32 => TensorData::new(values.iter().map(|&v| v as f32).collect(), shape),
+        DType::F64 => TensorData::new(values.to_vec(), shape),
+        other => panic!("no data for {other:?}"),
+    }
+}
+
+/// A tensor of `values` (rounded to `dtype`) on `device`.
+pub fn tensor<const D: usize>(values: &[f64], shape: [usize; D], dtype: DType, device: &Device) -> Tensor<D> {
+    let t = Tensor::<D>::from_data(data(values, shape.to_vec(), dtype), (device, dtype));
+    assert_eq!(t.dtype(), dtype, "test tensor has the wrong dtype");
+    t
+}
+
+/// Values of a tensor as f64.
+pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
+    t.into_data().iter::<f64>().collect()
+}
+
+/// Reference output for inputs already rounded to their dtypes.
+pub fn reference(x: &[f64], gamma: &[f64], norm: NormParams, activation: Activation) -> Vec<f64> {
+    rms_norm_silu_f64(x, gamma, gamma.len(), norm, activation)
+}
+
+/// The cuDNN engine's test recipe for `T x C` in `dtype`: `x = randn*5 + 5`,
+/// `gamma ~ U[0.5, 2]`, `eps = 1e-6 / C`. Returns rounded x, gamma, eps.
+pub fn cudnn_inputs(rng: &mut StdRng, rows: usize, channels: usize, dtype: DType) -> (Vec<f64>, Vec<f64>, f32) {
+    let x: Vec<f64> = randn(rng, rows * channels).iter().map(|v| v * 5.0 + 5.0).collect();
+    let gamma = uniform(rng, channels, 0.5, 2.0);
+    (round_to(&x, dtype), round_to(&gamma, dtype), 1e-6 / channels as f32)
+}
+
+/// Asserts `got` matches `want` within `atol + rtol |want|` everywhere.
+pub fn assert_close(got: &[f64], want: &[f64], atol: f64, rtol: f64, what: &str) -> Comparison {
+    let c = compare(got, want, atol, rtol);
+    assert_eq!(
+        c.mismatches, 0,
+        "{what}: {} of {} elements outside atol {atol} rtol {rtol} (max abs err {:.3e}, max rel err {:.3e})",
+        c.mismatches,
+        want.len(),
+        c.max_abs,
+        c.max_rel
+    );
+    c
+}

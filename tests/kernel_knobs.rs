@@ -1,0 +1,189 @@
+//! The row kernel launched directly with explicit knobs on the raw CubeCL backend, into
+//! poisoned (NaN) output buffers: every knob path must write every element correctly.
+
+use burn::backend::{DispatchDevice, ops::FloatTensorOps};
+use burn::tensor::{DType, read_sync};
+use burn_cubecl::{CubeBackend, CubeDevice, tensor::CubeTensor};
+use burn_rmsnorm_silu::RmsNormSiluBackend;
+use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
+use rmsnorm_silu_kernels::forward::validate_knobs;
+use rmsnorm_silu_kernels::{
+    Activation, Knobs, LaneReduce, NormParams, RowsProblem, launch_forward, select_knobs,
+};
+
+use crate::common::*;
+
+fn cube_device() -> CubeDevice {
+    match device().as_dispatch() {
+        DispatchDevice::Cube(d) => d.clone(),
+        other => panic!("kernel tests need a CubeCL device, got {other:?}"),
+    }
+}
+
+fn upload(values: &[f64], shape: Vec<usize>, dtype: DType, device: &CubeDevice) -> CubeTensor {
+    CubeBackend::float_from_data(data(values, shape, dtype), device)
+}
+
+fn download(t: CubeTensor) -> Vec<f64> {
+    read_sync(CubeBackend::float_into_data(t))
+        .expect("read back")
+        .iter::<f64>()
+        .collect()
+}
+
+fn elem(dtype: DType) -> ElemType {
+    match dtype {
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::F32 => ElemType::Float(FloatKind::F32),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Launches with `knobs` into a NaN-filled output and checks every element.
+fn check_knobs(knobs: Knobs, rows: usize, channels: usize, dtype: DType, activation: Activation) {
+    let device = cube_device();
+    let mut rng = rng("kernel_knobs");
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, dtype);
+    let norm = NormParams::rms(eps);
+    let want = reference(&x, &gamma, norm, activation);
+    let xt = upload(&x, vec![rows, channels], dtype, &device);
+    let gt = upload(&gamma, vec![channels], dtype, &device);
+    let out = upload(&vec![f64::NAN; rows * channels], vec![rows, channels], dtype, &device);
+    launch_forward(
+        &xt.client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        out.handle.clone(),
+        elem(dtype),
+        elem(dtype),
+        RowsProblem { rows, channels },
+        norm,
+        activation,
+        &knobs,
+    )
+    .unwrap_or_else(|e| panic!("{knobs:?}: {e}"));
+    let got = download(out);
+    let tol = if dtype == DType::F32 { 1e-5 } else { 2e-2 };
+    assert_close(&got, &want, tol, tol, &format!("{knobs:?} T={rows} C={channels} {dtype:?}"));
+}
+
+fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneReduce) -> Knobs {
+    Knobs {
+        vector_size,
+        lanes_per_row: lanes,
+        rows_per_cube: rows,
+        vectors_per_lane: vpl,
+        lane_reduce: reduce,
+        max_cubes: None,
+    }
+}
+
+#[test]
+fn every_knob_path_writes_every_element() {
+    use LaneReduce::*;
+    // Register cache, streaming, shared-memory lane reduction, several rows per cube, a capped
+    // (persistent) grid, every vector width; T and C chosen so rows and vectors have tails.
+    let mut cases = vec![
+        (knobs(8, 1, 1, 8, Plane), 13, 64),
+        (knobs(8, 1, 2, 2, Plane), 13, 160),
+        (knobs(4, 1, 1, 0, Plane), 5, 1000),
+        (knobs(2, 2, 1, 4, Shared), 7, 14),
+        (knobs(2, 2, 1, 0, Shared), 7, 258),
+        (knobs(1, 1, 2, 3, Plane), 9, 3),
+        (knobs(1, 2, 1, 1, Shared), 4, 1),
+        (
+            Knobs {
+                max_cubes: Some(3),
+                ..knobs(8, 1, 2, 4, Plane)
+            },
+            29,
+            256,
+        ),
+        (
+            Knobs {
+                max_cubes: Some(1),
+                ..knobs(4, 2, 1, 0, Shared)
+            },
+            11,
+            96,
+        ),
+    ];
+    if on_gpu() {
+        for (lanes, rows) in [(2, 64), (4, 32), (8, 16), (16, 8), (32, 4)] {
+            cases.push((knobs(8, lanes, rows, 4, Plane), 1001, 384));
+            cases.push((knobs(8, lanes, rows, 0, Plane), 1001, 1000));
+        }
+        for lanes in [64, 128, 256] {
+            cases.push((knobs(8, lanes, 2, 2, Shared), 333, 4096));
+        }
+        cases.push((Knobs { max_cubes: Some(132), ..knobs(8, 4, 32, 3, Plane) }, 99_999, 96));
+    }
+    for (k, rows, channels) in cases {
+        for dtype in [DType::BF16, DType::F32] {
+            check_knobs(k, rows, channels, dtype, Activation::Silu);
+        }
+    }
+    check_knobs(knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8, DType::F16, Activation::Identity);
+}
+
+/// Whatever the heuristic picks for this device is valid and correct, for C from 1 to 600.
+#[test]
+fn selected_knobs_are_valid_and_correct() {
+    let device = cube_device();
+    let client = device.client();
+    for channels in (1..=600).chain([1024, 2048, 4096, 8192]) {
+        for (elem_size, dtype) in [(2usize, DType::BF16), (4, DType::F32)] {
+            let problem = RowsProblem { rows: 3, channels };
+            let k = select_knobs(&client, problem, elem_size, elem_size, 256);
+            validate_knobs(&client, &k, problem, &[0, 0, 0], &[elem_size; 3])
+                .unwrap_or_else(|e| panic!("C={channels}: {k:?}: {e}"));
+            if channels % 37 == 1 || channels > 600 {
+                check_knobs(k, 3, channels, dtype, Activation::Silu);
+            }
+        }
+    }
+}
+
+#[test]
+fn invalid_knobs_are_refused_with_a_reason() {
+    let device = cube_device();
+    let client = device.client();
+    let problem = RowsProblem { rows: 4, channels: 12 };
+    let cases = [
+        (knobs(8, 1, 1, 2, LaneReduce::Plane), "must divide C"),
+        (knobs(4, 3, 1, 2, LaneReduce::Shared), "power of two"),
+        (knobs(4, 1, 1 << 20, 2, LaneReduce::Plane), "units per cube"),
+    ];
+    for (k, needle) in cases {
+        let err = validate_knobs(&client, &k, problem, &[0, 0, 0], &[2; 3]).unwrap_err();
+        assert!(err.to_string().contains(needle), "{k:?}: {err}");
+    }
+    let misaligned = validate_knobs(
+        &client,
+        &knobs(4, 1, 1, 3, LaneReduce::Plane),
+        problem,
+        &[2, 0, 0],
+        &[2; 3],
+    )
+    .unwrap_err();
+    assert!(misaligned.to_string().contains("aligned"), "{misaligned}");
+}
+
+/// The extension called on the raw (un-fused) CubeCL backend.
+#[test]
+fn raw_cube_backend_extension() {
+    let device = cube_device();
+    let mut rng = rng("raw_cube");
+    let (rows, channels) = (10, 384);
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+    let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+    let y = <CubeBackend as RmsNormSiluBackend>::rms_norm_silu(
+        upload(&x, vec![2, 5, channels], DType::BF16, &device),
+        upload(&gamma, vec![channels], DType::BF16, &device),
+        eps,
+        0.0,
+        true,
+    );
+    assert_close(&download(y), &want, 2e-2, 2e-2, "raw CubeBackend");
+}

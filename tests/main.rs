@@ -1,0 +1,14 @@
+//! Integration tests, one binary (each file in `tests/` would link its own copy of LLVM).
+//!
+//! Device: the CubeCL CPU runtime by default (what CI runs); `RMSNORM_TEST_DEVICE=cuda` runs the
+//! same tests on CUDA device 0. Shapes too large for the CPU are `#[ignore]`d and run on a GPU
+//! with `--ignored`.
+
+mod common;
+
+mod autodiff;
+mod errors;
+mod forward;
+mod fusion;
+mod kernel_knobs;
+mod module;
