@@ -70,15 +70,24 @@ fn main() {
 
     // The cuDNN engine's test recipe: x = randn*5 + 5, gamma ~ U[0.5, 2], eps = 1e-6 / C.
     let round = |v: f64| bf16::from_f64(v).to_f64();
-    let x: Vec<f64> = randn(rows * channels, seed).iter().map(|v| round(v * 5.0 + 5.0)).collect();
+    let x: Vec<f64> = randn(rows * channels, seed)
+        .iter()
+        .map(|v| round(v * 5.0 + 5.0))
+        .collect();
     let gamma: Vec<f64> = randn(channels, seed ^ 0x9e37)
         .iter()
         .map(|v| round(0.5 + 1.5 * (0.5 + 0.5 * v.tanh())))
         .collect();
     let eps = 1e-6 / channels as f32;
     let to_bf16 = |v: &[f64]| v.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>();
-    let xt = Tensor::<2>::from_data(TensorData::new(to_bf16(&x), [rows, channels]), (&device, DType::BF16));
-    let gt = Tensor::<1>::from_data(TensorData::new(to_bf16(&gamma), [channels]), (&device, DType::BF16));
+    let xt = Tensor::<2>::from_data(
+        TensorData::new(to_bf16(&x), [rows, channels]),
+        (&device, DType::BF16),
+    );
+    let gt = Tensor::<1>::from_data(
+        TensorData::new(to_bf16(&gamma), [channels]),
+        (&device, DType::BF16),
+    );
     assert_eq!(xt.dtype(), DType::BF16);
 
     println!("rms_norm_silu on {name}: x [{rows}, {channels}] bf16, eps = 1e-6/C");

@@ -48,9 +48,7 @@ impl<B: Backend> Backward<B, 2> for RmsNormSiluBackward {
     }
 }
 
-impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend
-    for Autodiff<B, C>
-{
+impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend for Autodiff<B, C> {
     fn rms_norm_silu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

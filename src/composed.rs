@@ -2,10 +2,7 @@
 //! backends without a fused kernel, and the backward pass on every backend. fp32 math inside,
 //! output in the input's dtype.
 
-use burn::backend::{
-    Backend, TensorMetadata,
-    tensor::FloatTensor,
-};
+use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
 use burn::tensor::{DType, FloatDType, Shape};
 
 /// The pieces of the forward pass kept for the backward: `[rows, C]` fp32 views.
@@ -22,11 +19,7 @@ pub struct ForwardParts<B: Backend> {
 
 fn rows_and_channels(shape: &Shape) -> (usize, usize) {
     let channels = shape[shape.num_dims() - 1];
-    let rows = if channels == 0 {
-        0
-    } else {
-        shape.num_elements() / channels
-    };
+    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
     (rows, channels)
 }
 
@@ -38,7 +31,10 @@ pub fn forward_parts<B: Backend>(
     floor: f32,
 ) -> ForwardParts<B> {
     let (rows, channels) = rows_and_channels(&x.shape());
-    let x = B::float_reshape(B::float_cast(x, FloatDType::F32), Shape::new([rows, channels]));
+    let x = B::float_reshape(
+        B::float_cast(x, FloatDType::F32),
+        Shape::new([rows, channels]),
+    );
     let gamma = B::float_reshape(
         B::float_cast(gamma, FloatDType::F32),
         Shape::new([1, channels]),
@@ -61,7 +57,10 @@ pub fn forward_parts<B: Backend>(
 /// `v = x * r * gamma` (fp32, `[rows, C]`).
 fn affine<B: Backend>(parts: &ForwardParts<B>) -> FloatTensor<B> {
     let shape = parts.x.shape();
-    let n = B::float_mul(parts.x.clone(), B::float_expand(parts.r.clone(), shape.clone()));
+    let n = B::float_mul(
+        parts.x.clone(),
+        B::float_expand(parts.r.clone(), shape.clone()),
+    );
     B::float_mul(n, B::float_expand(parts.gamma.clone(), shape))
 }
 
@@ -111,7 +110,10 @@ pub fn backward<B: Backend>(
 
     let r_full = B::float_expand(parts.r.clone(), full.clone());
     let n = B::float_mul(parts.x.clone(), r_full.clone());
-    let v = B::float_mul(n.clone(), B::float_expand(parts.gamma.clone(), full.clone()));
+    let v = B::float_mul(
+        n.clone(),
+        B::float_expand(parts.gamma.clone(), full.clone()),
+    );
     let dv = if silu {
         // silu'(v) = s (1 + v (1 - s)), s = sigmoid(v)
         let s = B::sigmoid(v.clone());

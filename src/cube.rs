@@ -51,8 +51,39 @@ fn common_alignment(tensors: &[&CubeTensor]) -> u64 {
         })
 }
 
-/// Runs the fused kernel. Non-contiguous inputs are first copied to row-major order; the
-/// output is a new contiguous tensor with the shape and dtype of `x`.
+/// The distance in elements between consecutive rows (all axes but the last) when `x`'s last
+/// axis is contiguous and its rows are laid out row-major with one common pitch, as dense and
+/// pitched (row-padded) tensors are; `None` for any other layout.
+pub fn row_pitch(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let (&channels, row_dims) = shape.split_last()?;
+    if channels > 1 && strides[row_dims.len()] != 1 {
+        return None;
+    }
+    let mut pitch = None;
+    let mut expected = 0;
+    for d in (0..row_dims.len()).rev() {
+        if shape[d] == 1 {
+            continue;
+        }
+        match pitch {
+            None => {
+                pitch = Some(strides[d]);
+                expected = strides[d] * shape[d];
+            }
+            Some(_) if strides[d] == expected => expected *= shape[d],
+            Some(_) => return None,
+        }
+    }
+    match pitch {
+        Some(p) if p < channels => None,
+        Some(p) => Some(p),
+        None => Some(channels),
+    }
+}
+
+/// Runs the fused kernel. Inputs with contiguous (possibly pitched) rows are read in place;
+/// any other layout is first copied to row-major order. The output is a new dense tensor with
+/// the shape and dtype of `x`.
 pub fn forward(
     x: CubeTensor,
     gamma: CubeTensor,
@@ -61,20 +92,26 @@ pub fn forward(
 ) -> CubeTensor {
     let shape = x.shape();
     let channels = shape[shape.num_dims() - 1];
-    let rows = if channels == 0 {
-        0
-    } else {
-        shape.num_elements() / channels
-    };
+    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
     let x_type = elem_type(x.dtype, "x");
     let gamma_type = elem_type(gamma.dtype, "gamma");
-    let x = into_contiguous(x);
+    let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
+        into_contiguous(x)
+    } else {
+        x
+    };
+    let x_row_stride = row_pitch(x.meta.shape(), x.meta.strides()).unwrap_or(channels);
     let gamma = into_contiguous(gamma);
     let out = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
     if rows == 0 {
         return out;
     }
-    let problem = RowsProblem { rows, channels };
+    let problem = RowsProblem {
+        rows,
+        channels,
+        x_row_stride,
+        out_row_stride: channels,
+    };
     let knobs = select_knobs(
         &x.client,
         problem,

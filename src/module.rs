@@ -4,8 +4,8 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 
-use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_with};
 use crate::Activation;
+use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_with};
 
 /// Configuration of [`RmsNormSilu`].
 #[derive(Config, Debug)]

@@ -1,7 +1,9 @@
 //! Bad input: a panic whose message names the argument and what was expected.
 
 use burn::tensor::{DType, Device, Tensor};
-use burn_rmsnorm_silu::{Norm, RmsNormSiluConfig, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_with};
+use burn_rmsnorm_silu::{
+    Norm, RmsNormSiluConfig, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_with,
+};
 
 use crate::common::*;
 
@@ -14,7 +16,9 @@ fn gamma(n: usize) -> Tensor<1> {
 }
 
 #[test]
-#[should_panic(expected = "`gamma` must have length C = 4 (the last axis of `x`, shape [3, 4]), got 5")]
+#[should_panic(
+    expected = "`gamma` must have length C = 4 (the last axis of `x`, shape [3, 4]), got 5"
+)]
 fn gamma_length_must_equal_c() {
     let _ = rms_norm_silu(x(), gamma(5), 1e-6);
 }

@@ -24,13 +24,23 @@ fn check_cudnn_recipe(rows: usize, channels: usize, device: &Device, test: &str)
     );
     assert_eq!(y.dtype(), DType::BF16);
     assert_eq!(y.dims(), [rows, channels]);
-    assert_close(&values(y), &want, 2e-2, 2e-2, &format!("bf16 T={rows} C={channels}"));
+    assert_close(
+        &values(y),
+        &want,
+        2e-2,
+        2e-2,
+        &format!("bf16 T={rows} C={channels}"),
+    );
 }
 
 #[test]
 fn bf16_cudnn_recipe_on_cudnn_and_wan_widths() {
     let device = device();
-    let rows = if on_gpu() { [1560, 6240, 24960] } else { [1, 5, 64] };
+    let rows = if on_gpu() {
+        [1560, 6240, 24960]
+    } else {
+        [1, 5, 64]
+    };
     for channels in CUDNN_CHANNELS.into_iter().chain(WAN21_CHANNELS) {
         for rows in rows {
             check_cudnn_recipe(rows, channels, &device, "bf16_cudnn_recipe");
@@ -63,8 +73,18 @@ fn check_f32(rows: usize, channels: usize, device: &Device) {
         eps,
     );
     assert_eq!(y.dtype(), DType::F32);
-    let c = assert_close(&values(y), &want, 1e-7, 1e-5, &format!("f32 T={rows} C={channels}"));
-    assert!(c.max_rel <= 1e-5, "f32 T={rows} C={channels}: max rel {}", c.max_rel);
+    let c = assert_close(
+        &values(y),
+        &want,
+        1e-7,
+        1e-5,
+        &format!("f32 T={rows} C={channels}"),
+    );
+    assert!(
+        c.max_rel <= 1e-5,
+        "f32 T={rows} C={channels}: max rel {}",
+        c.max_rel
+    );
 }
 
 #[test]
@@ -110,11 +130,23 @@ fn ranks_one_to_five_normalise_the_last_axis() {
     let want = reference(&x, &gamma, NormParams::rms(1e-5), Activation::Silu);
     let g = || tensor(&gamma, [channels], DType::F32, &device);
 
-    let y1 = rms_norm_silu(tensor(&x[..channels], [channels], DType::F32, &device), g(), 1e-5);
+    let y1 = rms_norm_silu(
+        tensor(&x[..channels], [channels], DType::F32, &device),
+        g(),
+        1e-5,
+    );
     assert_close(&values(y1), &want[..channels], 1e-7, 1e-5, "rank 1");
-    let y3 = rms_norm_silu(tensor(&x, [6, 10, channels], DType::F32, &device), g(), 1e-5);
+    let y3 = rms_norm_silu(
+        tensor(&x, [6, 10, channels], DType::F32, &device),
+        g(),
+        1e-5,
+    );
     assert_close(&values(y3), &want, 1e-7, 1e-5, "rank 3");
-    let y5 = rms_norm_silu(tensor(&x, [2, 3, 2, 5, channels], DType::F32, &device), g(), 1e-5);
+    let y5 = rms_norm_silu(
+        tensor(&x, [2, 3, 2, 5, channels], DType::F32, &device),
+        g(),
+        1e-5,
+    );
     assert_eq!(y5.dims(), [2, 3, 2, 5, channels]);
     assert_close(&values(y5), &want, 1e-7, 1e-5, "rank 5");
 }

@@ -15,7 +15,9 @@ fn module_forward_and_record_round_trip() {
     let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
     let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
 
-    let mut module = RmsNormSiluConfig::new(channels).with_epsilon(1e-6).init(&device);
+    let mut module = RmsNormSiluConfig::new(channels)
+        .with_epsilon(1e-6)
+        .init(&device);
     module.gamma = Param::from_tensor(tensor(&gamma, [channels], DType::F32, &device));
     let want = reference(&x, &gamma, NormParams::rms(1e-6), Activation::Silu);
     let y = module.forward(tensor(&x, [2, 2, channels], DType::F32, &device));
@@ -23,9 +25,17 @@ fn module_forward_and_record_round_trip() {
 
     // Take the record and load it into a fresh module (gamma = ones).
     let record = module.clone().into_record();
-    let fresh = RmsNormSiluConfig::new(channels).with_epsilon(1e-6).init(&device);
+    let fresh = RmsNormSiluConfig::new(channels)
+        .with_epsilon(1e-6)
+        .init(&device);
     let loaded = fresh.load_record(record);
-    assert_close(&values(loaded.gamma.val()), &gamma, 0.0, 0.0, "loaded gamma");
+    assert_close(
+        &values(loaded.gamma.val()),
+        &gamma,
+        0.0,
+        0.0,
+        "loaded gamma",
+    );
     let same = rms_norm_silu(
         tensor(&x, [rows, channels], DType::F32, &device),
         loaded.gamma.val(),

@@ -15,12 +15,27 @@ use cubecl::server::Handle;
 use crate::knobs::{Knobs, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams};
 
-/// The logical problem: `rows` rows of `channels` contiguous elements (row-major, row stride
-/// `channels`).
+/// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
+/// element `r * x_row_stride`, row `r` of the output at `r * out_row_stride` (both `>= channels`;
+/// equal to `channels` for dense tensors, larger for pitched ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RowsProblem {
     pub rows: usize,
     pub channels: usize,
+    pub x_row_stride: usize,
+    pub out_row_stride: usize,
+}
+
+impl RowsProblem {
+    /// Dense rows: both row strides equal `channels`.
+    pub fn dense(rows: usize, channels: usize) -> Self {
+        Self {
+            rows,
+            channels,
+            x_row_stride: channels,
+            out_row_stride: channels,
+        }
+    }
 }
 
 /// Why a launch was refused. Every variant names the offending value.
@@ -59,7 +74,8 @@ fn lane_sum(value: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: RowConfig) 
     let mut total = value;
     if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
-            LaneReduce::Plane => {
+            LaneReduce::Plane =>
+            {
                 #[unroll]
                 for k in 0..steps {
                     total += plane_shuffle_xor(total, (lanes >> 1) >> k);
@@ -107,7 +123,7 @@ fn activate<N: Size>(v: Vector<f32, N>, #[comptime] activation: Activation) -> V
 }
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
-/// `vecs_per_row = C / N` and the row count are run-time values.
+/// `vecs_per_row = C / N`, the row count and the row strides (in vectors) are run-time values.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
@@ -116,6 +132,8 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
     out: &mut [Vector<E, N>],
     rows: usize,
     vecs_per_row: usize,
+    x_row_stride: usize,
+    out_row_stride: usize,
     inv_channels: f32,
     eps: f32,
     floor: f32,
@@ -133,6 +151,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
 
     let lane = UNIT_POS_X as usize;
     let row_in_group = UNIT_POS_Y as usize;
+    #[allow(clippy::manual_div_ceil)]
     let groups = (rows + rows_per_cube - 1) / rows_per_cube;
     let mut group = CUBE_POS;
 
@@ -151,7 +170,8 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
         while group < groups {
             let row = group * rows_per_cube + row_in_group;
             let active = row < rows;
-            let base = row * vecs_per_row;
+            let base = row * x_row_stride;
+            let out_base = row * out_row_stride;
             let mut acc = Vector::<f32, N>::new(0.0f32);
             #[unroll]
             for i in 0..vpl {
@@ -170,7 +190,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                 let j = lane + i * lanes;
                 if active && j < vecs_per_row {
                     let y = activate::<N>(xs[i] * r * g[i], cfg.activation);
-                    out[base + j] = Vector::<E, N>::cast_from(y);
+                    out[out_base + j] = Vector::<E, N>::cast_from(y);
                 }
             }
             group += CUBE_COUNT;
@@ -181,7 +201,8 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
         while group < groups {
             let row = group * rows_per_cube + row_in_group;
             let active = row < rows;
-            let base = row * vecs_per_row;
+            let base = row * x_row_stride;
+            let out_base = row * out_row_stride;
             let mut acc = Vector::<f32, N>::new(0.0f32);
             if active {
                 let mut j = lane;
@@ -199,7 +220,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                     let v = Vector::<f32, N>::cast_from(x[base + j]);
                     let g = Vector::<f32, N>::cast_from(gamma[j]);
                     let y = activate::<N>(v * r * g, cfg.activation);
-                    out[base + j] = Vector::<E, N>::cast_from(y);
+                    out[out_base + j] = Vector::<E, N>::cast_from(y);
                     j += lanes;
                 }
             }
@@ -224,6 +245,17 @@ pub fn validate_knobs(
             "vector_size {} must divide C = {}",
             knobs.vector_size, problem.channels
         ));
+    }
+    for (name, stride) in [
+        ("x row stride", problem.x_row_stride),
+        ("output row stride", problem.out_row_stride),
+    ] {
+        if stride < problem.channels || !stride.is_multiple_of(knobs.vector_size) {
+            return bad(format!(
+                "the {name} {stride} must be >= C = {} and a multiple of vector_size {}",
+                problem.channels, knobs.vector_size
+            ));
+        }
     }
     for (&offset, &size) in byte_offsets.iter().zip(elem_sizes) {
         if !offset.is_multiple_of((knobs.vector_size * size) as u64) {
@@ -285,7 +317,12 @@ pub fn launch_forward(
     activation: Activation,
     knobs: &Knobs,
 ) -> Result<(), ForwardError> {
-    let RowsProblem { rows, channels } = problem;
+    let RowsProblem {
+        rows,
+        channels,
+        x_row_stride,
+        out_row_stride,
+    } = problem;
     if rows == 0 || channels == 0 {
         return Ok(());
     }
@@ -305,8 +342,9 @@ pub fn launch_forward(
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
         .min(max_grid);
-    let address_type = AddressType::from_len(rows * channels);
-    let len = rows * vecs_per_row;
+    let x_len = (rows - 1) * x_row_stride / vector_size + vecs_per_row;
+    let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
+    let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);
 
     log::debug!(
         "rms_norm_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs:?} \
@@ -319,11 +357,13 @@ pub fn launch_forward(
             CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
             address_type,
             vector_size,
-            BufferArg::from_raw_parts(x, len),
+            BufferArg::from_raw_parts(x, x_len),
             BufferArg::from_raw_parts(gamma, vecs_per_row),
-            BufferArg::from_raw_parts(out, len),
+            BufferArg::from_raw_parts(out, out_len),
             rows,
             vecs_per_row,
+            x_row_stride / vector_size,
+            out_row_stride / vector_size,
             (1.0f64 / channels as f64) as f32,
             norm.eps,
             norm.floor,

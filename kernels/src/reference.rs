@@ -16,12 +16,19 @@ pub fn rms_norm_silu_f64(
     if channels == 0 {
         return Vec::new();
     }
-    assert!(x.len().is_multiple_of(channels), "x length must be a multiple of C");
+    assert!(
+        x.len().is_multiple_of(channels),
+        "x length must be a multiple of C"
+    );
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks_exact(channels) {
         let ms = row.iter().map(|v| v * v).sum::<f64>() / channels as f64;
         let d = ms + norm.eps as f64;
-        let d = if d < norm.floor as f64 { norm.floor as f64 } else { d };
+        let d = if d < norm.floor as f64 {
+            norm.floor as f64
+        } else {
+            d
+        };
         let r = 1.0 / d.sqrt();
         out.extend(row.iter().zip(gamma).map(|(&v, &g)| {
             let y = v * r * g;
@@ -50,13 +57,14 @@ pub fn compare(got: &[f64], want: &[f64], atol: f64, rtol: f64) -> Comparison {
         }
         let err = (g - w).abs();
         let rel = err / w.abs().max(f64::MIN_POSITIVE);
-        if !(err <= atol + rtol * w.abs()) {
+        // NaN errors count as mismatches and propagate into the maxima.
+        if err.is_nan() || err > atol + rtol * w.abs() {
             c.mismatches += 1;
         }
-        if !(err <= c.max_abs) {
+        if err.is_nan() || err > c.max_abs {
             c.max_abs = err;
         }
-        if w.abs() > 1e-3 && !(rel <= c.max_rel) {
+        if w.abs() > 1e-3 && (rel.is_nan() || rel > c.max_rel) {
             c.max_rel = rel;
         }
     }

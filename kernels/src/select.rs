@@ -22,13 +22,8 @@ pub fn select_knobs(
     alignment_bytes: u64,
 ) -> Knobs {
     let hw = &client.properties().hardware;
-    let vector_size = pick_vector_size(
-        client,
-        problem.channels,
-        elem_size,
-        gamma_elem_size,
-        alignment_bytes,
-    );
+    let vector_size =
+        pick_vector_size(client, problem, elem_size, gamma_elem_size, alignment_bytes);
     let vecs = problem.channels / vector_size;
     let has_plane_ops = client
         .features()
@@ -84,11 +79,11 @@ pub fn select_knobs(
     }
 }
 
-/// Widest vector (at most 16 bytes) that divides C, keeps every buffer offset aligned, and that
-/// the device supports.
+/// Widest vector (at most 16 bytes) that divides C and both row strides, keeps every buffer
+/// offset aligned, and that the device supports.
 pub fn pick_vector_size(
     client: &Client,
-    channels: usize,
+    problem: RowsProblem,
     elem_size: usize,
     gamma_elem_size: usize,
     alignment_bytes: u64,
@@ -98,7 +93,10 @@ pub fn pick_vector_size(
     while v > 1 {
         let aligned = alignment_bytes.is_multiple_of((v * elem_size) as u64)
             && alignment_bytes.is_multiple_of((v * gamma_elem_size) as u64);
-        if channels.is_multiple_of(v) && v <= hw_max && aligned {
+        let divides = problem.channels.is_multiple_of(v)
+            && problem.x_row_stride.is_multiple_of(v)
+            && problem.out_row_stride.is_multiple_of(v);
+        if divides && v <= hw_max && aligned {
             break;
         }
         v /= 2;

@@ -44,7 +44,9 @@ pub fn randn(rng: &mut StdRng, n: usize) -> Vec<f64> {
 
 /// Uniform samples in `[lo, hi)`.
 pub fn uniform(rng: &mut StdRng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n).map(|_| lo + (hi - lo) * rng.random::<f64>()).collect()
+    (0..n)
+        .map(|_| lo + (hi - lo) * rng.random::<f64>())
+        .collect()
 }
 
 /// Values rounded to `dtype`, as the f64 values the device will actually see.
@@ -73,7 +75,12 @@ pub fn data(values: &[f64], shape: Vec<usize>, dtype: DType) -> TensorData {
 }
 
 /// A tensor of `values` (rounded to `dtype`) on `device`.
-pub fn tensor<const D: usize>(values: &[f64], shape: [usize; D], dtype: DType, device: &Device) -> Tensor<D> {
+pub fn tensor<const D: usize>(
+    values: &[f64],
+    shape: [usize; D],
+    dtype: DType,
+    device: &Device,
+) -> Tensor<D> {
     let t = Tensor::<D>::from_data(data(values, shape.to_vec(), dtype), (device, dtype));
     assert_eq!(t.dtype(), dtype, "test tensor has the wrong dtype");
     t
@@ -91,22 +98,65 @@ pub fn reference(x: &[f64], gamma: &[f64], norm: NormParams, activation: Activat
 
 /// The cuDNN engine's test recipe for `T x C` in `dtype`: `x = randn*5 + 5`,
 /// `gamma ~ U[0.5, 2]`, `eps = 1e-6 / C`. Returns rounded x, gamma, eps.
-pub fn cudnn_inputs(rng: &mut StdRng, rows: usize, channels: usize, dtype: DType) -> (Vec<f64>, Vec<f64>, f32) {
-    let x: Vec<f64> = randn(rng, rows * channels).iter().map(|v| v * 5.0 + 5.0).collect();
+pub fn cudnn_inputs(
+    rng: &mut StdRng,
+    rows: usize,
+    channels: usize,
+    dtype: DType,
+) -> (Vec<f64>, Vec<f64>, f32) {
+    let x: Vec<f64> = randn(rng, rows * channels)
+        .iter()
+        .map(|v| v * 5.0 + 5.0)
+        .collect();
     let gamma = uniform(rng, channels, 0.5, 2.0);
-    (round_to(&x, dtype), round_to(&gamma, dtype), 1e-6 / channels as f32)
+    (
+        round_to(&x, dtype),
+        round_to(&gamma, dtype),
+        1e-6 / channels as f32,
+    )
 }
 
-/// Asserts `got` matches `want` within `atol + rtol |want|` everywhere.
+/// Asserts `got` matches `want` within `atol + rtol |want|` everywhere; on failure the message
+/// lists the first mismatches (flat index, got, want) and how many outputs are NaN.
 pub fn assert_close(got: &[f64], want: &[f64], atol: f64, rtol: f64, what: &str) -> Comparison {
     let c = compare(got, want, atol, rtol);
-    assert_eq!(
-        c.mismatches, 0,
-        "{what}: {} of {} elements outside atol {atol} rtol {rtol} (max abs err {:.3e}, max rel err {:.3e})",
-        c.mismatches,
-        want.len(),
-        c.max_abs,
-        c.max_rel
-    );
+    if c.mismatches > 0 {
+        let first: Vec<String> = got
+            .iter()
+            .zip(want)
+            .enumerate()
+            .filter(|(_, (g, w))| {
+                let err = (*g - *w).abs();
+                !(g.is_nan() && w.is_nan()) && (err.is_nan() || err > atol + rtol * w.abs())
+            })
+            .take(12)
+            .map(|(i, (g, w))| format!("[{i}] {g} vs {w}"))
+            .collect();
+        let nans = got.iter().filter(|v| v.is_nan()).count();
+        panic!(
+            "{what}: {} of {} elements outside atol {atol} rtol {rtol} ({nans} NaN); first: {}",
+            c.mismatches,
+            want.len(),
+            first.join(", ")
+        );
+    }
     c
+}
+
+/// `||got - want|| / ||want|| <= rel` and every element within `rel * (|want| + max|want|)`.
+pub fn assert_close_to_scale(got: &[f64], want: &[f64], rel: f64, what: &str) {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    assert_close(got, want, rel * scale, rel, what);
+    let diff: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (g - w) * (g - w))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    assert!(
+        diff <= rel * norm,
+        "{what}: relative L2 error {:.3e} > {rel:e}",
+        diff / norm
+    );
 }
