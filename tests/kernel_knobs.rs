@@ -8,7 +8,7 @@ use burn_rmsnorm_silu::RmsNormSiluBackend;
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::forward::validate_knobs;
 use rmsnorm_silu_kernels::{
-    Activation, Knobs, LaneReduce, NormParams, RowsProblem, launch_forward, select_knobs,
+    Activation, GammaIn, Knobs, LaneReduce, NormParams, RowsProblem, launch_forward, select_knobs,
 };
 
 use crate::common::*;
@@ -91,8 +91,10 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         vector_size,
         lanes_per_row: lanes,
         rows_per_cube: rows,
+        rows_per_unit: 1,
         vectors_per_lane: vpl,
         lane_reduce: reduce,
+        gamma: GammaIn::Registers,
         max_cubes: None,
     }
 }
@@ -127,7 +129,30 @@ fn every_knob_path_writes_every_element() {
             96,
         ),
     ];
+    // Several rows in flight per unit, gamma in shared or global memory.
+    let with = |k: Knobs, u: u32, gamma: GammaIn| Knobs {
+        rows_per_unit: u,
+        gamma,
+        ..k
+    };
+    cases.extend([
+        (
+            with(knobs(8, 1, 1, 8, Plane), 4, GammaIn::Registers),
+            13,
+            64,
+        ),
+        (with(knobs(4, 2, 1, 4, Shared), 2, GammaIn::Shared), 11, 32),
+        (with(knobs(2, 1, 2, 2, Plane), 3, GammaIn::Global), 17, 4),
+        (with(knobs(4, 2, 1, 0, Shared), 2, GammaIn::Shared), 9, 100),
+        (with(knobs(8, 1, 2, 3, Plane), 2, GammaIn::Shared), 7, 24),
+    ]);
     if on_gpu() {
+        for u in [2, 4] {
+            for gamma in [GammaIn::Registers, GammaIn::Shared, GammaIn::Global] {
+                cases.push((with(knobs(8, 8, 16, 6, Plane), u, gamma), 1001, 384));
+                cases.push((with(knobs(8, 64, 2, 2, Shared), u, gamma), 77, 1024));
+            }
+        }
         for (lanes, rows) in [(2, 64), (4, 32), (8, 16), (16, 8), (32, 4)] {
             cases.push((knobs(8, lanes, rows, 4, Plane), 1001, 384));
             cases.push((knobs(8, lanes, rows, 0, Plane), 1001, 1000));

@@ -12,7 +12,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::knobs::{Knobs, LaneReduce, RowConfig};
+use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams};
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
@@ -66,42 +66,59 @@ fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
     sum
 }
 
-/// Combines the partial sums of the `lanes_per_row` units of a row; every lane gets the total.
+/// Combines, for each of the unit's `rows_per_unit` rows, the partial sums of the
+/// `lanes_per_row` units of that row; every lane gets the totals (in place).
 #[cube]
-fn lane_sum(value: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: RowConfig) -> f32 {
+fn lane_sums(partials: &mut Array<f32>, shared: &mut Shared<[f32]>, #[comptime] cfg: RowConfig) {
     let lanes = cfg.lanes_per_row;
     let steps = comptime![lanes.trailing_zeros()];
-    let mut total = value;
+    let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
             LaneReduce::Plane =>
             {
                 #[unroll]
                 for k in 0..steps {
-                    total += plane_shuffle_xor(total, (lanes >> 1) >> k);
+                    let mask = (lanes >> 1) >> k;
+                    #[unroll]
+                    for r in 0..rows_per_unit {
+                        let other = plane_shuffle_xor(partials[r], mask);
+                        partials[r] += other;
+                    }
                 }
             }
             LaneReduce::Shared => {
+                let lanes_usize = comptime![lanes as usize];
+                let rows_per_cube = comptime![cfg.rows_per_cube as usize];
                 let lane = UNIT_POS_X as usize;
-                let first = UNIT_POS_Y as usize * lanes as usize;
-                shared[first + lane] = value;
+                let y = UNIT_POS_Y as usize;
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    shared[(r * rows_per_cube + y) * lanes_usize + lane] = partials[r];
+                }
                 sync_cube();
                 #[unroll]
                 for k in 0..steps {
                     let stride = ((lanes >> 1) >> k) as usize;
                     if lane < stride {
-                        let other = shared[first + lane + stride];
-                        shared[first + lane] += other;
+                        #[unroll]
+                        for r in 0..rows_per_unit {
+                            let first = (r * rows_per_cube + y) * lanes_usize;
+                            let other = shared[first + lane + stride];
+                            shared[first + lane] += other;
+                        }
                     }
                     sync_cube();
                 }
-                total = shared[first];
-                // Everyone has read the total before the next row overwrites it.
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    partials[r] = shared[(r * rows_per_cube + y) * lanes_usize];
+                }
+                // Everyone has read its totals before the next rows overwrite them.
                 sync_cube();
             }
         }
     }
-    total
 }
 
 /// `1 / sqrt(max(ms + eps, floor))`; a NaN mean stays NaN (no `fmax` that would drop it).
@@ -124,6 +141,10 @@ fn activate<N: Size>(v: Vector<f32, N>, #[comptime] activation: Activation) -> V
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
 /// `vecs_per_row = C / N`, the row count and the row strides (in vectors) are run-time values.
+///
+/// Each grid-stride step of a cube covers `rows_per_cube * rows_per_unit` rows; unit row `y`
+/// handles rows `y, y + rows_per_cube, ...` of the step, issuing all their loads before the
+/// reductions so that `rows_per_unit` rows are in flight per unit.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
@@ -142,86 +163,142 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
 ) {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let vpl = comptime![cfg.vectors_per_lane];
     let shared_len = comptime![match cfg.lane_reduce {
-        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
+        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube * cfg.rows_per_unit) as usize,
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
 
     let lane = UNIT_POS_X as usize;
-    let row_in_group = UNIT_POS_Y as usize;
-    #[allow(clippy::manual_div_ceil)]
-    let groups = (rows + rows_per_cube - 1) / rows_per_cube;
+    let y = UNIT_POS_Y as usize;
+    let rows_per_step = comptime![rows_per_cube * rows_per_unit];
+    let groups = (rows + rows_per_step - 1) / rows_per_step;
     let mut group = CUBE_POS;
+    let mut sums = Array::<f32>::new(rows_per_unit);
 
     if comptime![vpl > 0] {
-        // The row fits in registers: read x once, keep gamma for every row of this unit.
-        let mut g = Array::<Vector<f32, N>>::new(vpl);
-        #[unroll]
-        for i in 0..vpl {
-            let j = lane + i * lanes;
-            g[i] = Vector::<f32, N>::new(0.0f32);
-            if j < vecs_per_row {
-                g[i] = Vector::<f32, N>::cast_from(gamma[j]);
-            }
-        }
-        let mut xs = Array::<Vector<f32, N>>::new(vpl);
-        while group < groups {
-            let row = group * rows_per_cube + row_in_group;
-            let active = row < rows;
-            let base = row * x_row_stride;
-            let out_base = row * out_row_stride;
-            let mut acc = Vector::<f32, N>::new(0.0f32);
-            #[unroll]
-            for i in 0..vpl {
-                let j = lane + i * lanes;
-                xs[i] = Vector::<f32, N>::new(0.0f32);
-                if active && j < vecs_per_row {
-                    let v = Vector::<f32, N>::cast_from(x[base + j]);
-                    xs[i] = v;
-                    acc += v * v;
+        // The row fits in registers: x is read from memory once.
+        let g_regs_len = comptime![if cfg.gamma == GammaIn::Registers {
+            vpl
+        } else {
+            1
+        }];
+        let g_shared_len = comptime![if cfg.gamma == GammaIn::Shared {
+            vpl * lanes
+        } else {
+            1
+        }];
+        let mut g_regs = Array::<Vector<f32, N>>::new(g_regs_len);
+        let mut g_shared = Shared::<[Vector<f32, N>]>::new_slice(g_shared_len);
+        match comptime![cfg.gamma] {
+            GammaIn::Registers =>
+            {
+                #[unroll]
+                for i in 0..vpl {
+                    let j = lane + i * lanes;
+                    g_regs[i] = Vector::<f32, N>::new(0.0f32);
+                    if j < vecs_per_row {
+                        g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
+                    }
                 }
             }
-            let total = lane_sum(horizontal_sum::<N>(acc), &mut shared, cfg);
-            let r = Vector::<f32, N>::new(inv_rms(total, inv_channels, eps, floor));
+            GammaIn::Shared => {
+                let units = comptime![lanes * rows_per_cube];
+                let mut j = UNIT_POS as usize;
+                while j < vecs_per_row {
+                    g_shared[j] = Vector::<f32, N>::cast_from(gamma[j]);
+                    j += units;
+                }
+                sync_cube();
+            }
+            GammaIn::Global => {}
+        }
+
+        let mut xs = Array::<Vector<E, N>>::new(comptime![vpl * rows_per_unit]);
+        while group < groups {
+            let first_row = group * rows_per_step + y;
             #[unroll]
-            for i in 0..vpl {
-                let j = lane + i * lanes;
-                if active && j < vecs_per_row {
-                    let y = activate::<N>(xs[i] * r * g[i], cfg.activation);
-                    out[out_base + j] = Vector::<E, N>::cast_from(y);
+            for r in 0..rows_per_unit {
+                let row = first_row + r * rows_per_cube;
+                let active = row < rows;
+                let base = row * x_row_stride;
+                let mut acc = Vector::<f32, N>::new(0.0f32);
+                #[unroll]
+                for i in 0..vpl {
+                    let j = lane + i * lanes;
+                    if active && j < vecs_per_row {
+                        let v = x[base + j];
+                        xs[r * vpl + i] = v;
+                        let f = Vector::<f32, N>::cast_from(v);
+                        acc += f * f;
+                    }
+                }
+                sums[r] = horizontal_sum::<N>(acc);
+            }
+            lane_sums(&mut sums, &mut shared, cfg);
+            #[unroll]
+            for r in 0..rows_per_unit {
+                let row = first_row + r * rows_per_cube;
+                let active = row < rows;
+                let out_base = row * out_row_stride;
+                let scale = Vector::<f32, N>::new(inv_rms(sums[r], inv_channels, eps, floor));
+                #[unroll]
+                for i in 0..vpl {
+                    let j = lane + i * lanes;
+                    if active && j < vecs_per_row {
+                        #[allow(unused_assignments)]
+                        let mut g = Vector::<f32, N>::new(0.0f32);
+                        match comptime![cfg.gamma] {
+                            GammaIn::Registers => g = g_regs[i],
+                            GammaIn::Shared => g = g_shared[j],
+                            GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
+                        }
+                        let v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
+                        let y = activate::<N>(v * scale * g, cfg.activation);
+                        out[out_base + j] = Vector::<E, N>::cast_from(y);
+                    }
                 }
             }
             group += CUBE_COUNT;
         }
     } else {
-        // Rows too long for registers: one pass for the sum of squares, a second (mostly from
+        // Rows too long for registers: one pass for the sums of squares, a second (mostly from
         // cache) for the output.
         while group < groups {
-            let row = group * rows_per_cube + row_in_group;
-            let active = row < rows;
-            let base = row * x_row_stride;
-            let out_base = row * out_row_stride;
-            let mut acc = Vector::<f32, N>::new(0.0f32);
-            if active {
-                let mut j = lane;
-                while j < vecs_per_row {
-                    let v = Vector::<f32, N>::cast_from(x[base + j]);
-                    acc += v * v;
-                    j += lanes;
+            let first_row = group * rows_per_step + y;
+            #[unroll]
+            for r in 0..rows_per_unit {
+                let row = first_row + r * rows_per_cube;
+                let base = row * x_row_stride;
+                let mut acc = Vector::<f32, N>::new(0.0f32);
+                if row < rows {
+                    let mut j = lane;
+                    while j < vecs_per_row {
+                        let v = Vector::<f32, N>::cast_from(x[base + j]);
+                        acc += v * v;
+                        j += lanes;
+                    }
                 }
+                sums[r] = horizontal_sum::<N>(acc);
             }
-            let total = lane_sum(horizontal_sum::<N>(acc), &mut shared, cfg);
-            let r = Vector::<f32, N>::new(inv_rms(total, inv_channels, eps, floor));
-            if active {
-                let mut j = lane;
-                while j < vecs_per_row {
-                    let v = Vector::<f32, N>::cast_from(x[base + j]);
-                    let g = Vector::<f32, N>::cast_from(gamma[j]);
-                    let y = activate::<N>(v * r * g, cfg.activation);
-                    out[out_base + j] = Vector::<E, N>::cast_from(y);
-                    j += lanes;
+            lane_sums(&mut sums, &mut shared, cfg);
+            #[unroll]
+            for r in 0..rows_per_unit {
+                let row = first_row + r * rows_per_cube;
+                let base = row * x_row_stride;
+                let out_base = row * out_row_stride;
+                let scale = Vector::<f32, N>::new(inv_rms(sums[r], inv_channels, eps, floor));
+                if row < rows {
+                    let mut j = lane;
+                    while j < vecs_per_row {
+                        let v = Vector::<f32, N>::cast_from(x[base + j]);
+                        let g = Vector::<f32, N>::cast_from(gamma[j]);
+                        let y = activate::<N>(v * scale * g, cfg.activation);
+                        out[out_base + j] = Vector::<E, N>::cast_from(y);
+                        j += lanes;
+                    }
                 }
             }
             group += CUBE_COUNT;
@@ -296,6 +373,28 @@ pub fn validate_knobs(
             ));
         }
     }
+    if knobs.rows_per_unit == 0 || knobs.rows_per_unit > 8 {
+        return bad(format!(
+            "rows_per_unit {} must be in 1..=8",
+            knobs.rows_per_unit
+        ));
+    }
+    let cfg = knobs.row_config(problem.channels, Activation::Silu);
+    let shared_bytes = match cfg.lane_reduce {
+        LaneReduce::Shared => knobs.units_per_cube() as usize * knobs.rows_per_unit as usize * 4,
+        LaneReduce::Plane => 0,
+    } + match cfg.gamma {
+        GammaIn::Shared => {
+            knobs.lanes_per_row as usize * knobs.vectors_per_lane * knobs.vector_size * 4
+        }
+        _ => 0,
+    };
+    if shared_bytes > hw.max_shared_memory_size {
+        return bad(format!(
+            "the knobs need {shared_bytes} bytes of shared memory, the device has {}",
+            hw.max_shared_memory_size
+        ));
+    }
     if knobs.max_cubes == Some(0) {
         return bad("max_cubes must be at least 1".into());
     }
@@ -337,7 +436,7 @@ pub fn launch_forward(
     let vector_size = knobs.vector_size;
     let cfg = knobs.row_config(channels, activation);
     let vecs_per_row = channels / vector_size;
-    let groups = rows.div_ceil(knobs.rows_per_cube as usize);
+    let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))

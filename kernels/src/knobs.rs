@@ -1,8 +1,8 @@
 //! Launch parameters ("knobs") of the row kernel.
 //!
 //! Each distinct [`RowConfig`] is a comptime value: the kernel is JIT-compiled once per config
-//! (and element types and vector width) and cached by cubecl. Shape values (rows, C) are
-//! run-time arguments, so a new shape does not cost a compilation.
+//! (and element types, vector width and cube shape) and cached by cubecl. Shape values (rows,
+//! C, strides) are run-time arguments, so a new shape does not cost a compilation.
 
 use crate::params::Activation;
 
@@ -15,6 +15,17 @@ pub enum LaneReduce {
     Shared,
 }
 
+/// Where the (fp32) gamma of a unit's columns lives while the unit walks its rows.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum GammaIn {
+    /// Loaded once per unit into registers and reused for every row (needs the register cache).
+    Registers,
+    /// Staged once per cube in shared memory (needs the register cache).
+    Shared,
+    /// Read from global memory (L1/L2) for every row: fewest registers.
+    Global,
+}
+
 /// Host-side knobs for one launch of the row kernel.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Knobs {
@@ -23,14 +34,18 @@ pub struct Knobs {
     /// Units that cooperate on one row (a power of two). Fewer than a plane puts several rows in
     /// one plane, which keeps enough bytes in flight for small C.
     pub lanes_per_row: u32,
-    /// Rows handled at once by one cube (the cube is `lanes_per_row x rows_per_cube` units).
+    /// Unit rows of a cube (the cube is `lanes_per_row x rows_per_cube` units).
     pub rows_per_cube: u32,
-    /// Vectors each lane keeps in registers. The row is read from memory once when
+    /// Rows each unit has in flight at once (their loads are issued before any reduction).
+    pub rows_per_unit: u32,
+    /// Vectors each lane keeps in registers per row. The row is read from memory once when
     /// `lanes_per_row * vectors_per_lane * vector_size >= C`; 0 selects the streaming variant
     /// that reads the row twice (for rows too long for registers).
     pub vectors_per_lane: usize,
     /// How lanes of one row combine their partial sums.
     pub lane_reduce: LaneReduce,
+    /// Where gamma is kept (the streaming variant always reads it from global memory).
+    pub gamma: GammaIn,
     /// Upper bound on the number of cubes; each cube loops over row groups with a grid stride
     /// (a persistent grid). `None`: one cube per row group.
     pub max_cubes: Option<u32>,
@@ -41,8 +56,10 @@ pub struct Knobs {
 pub struct RowConfig {
     pub lanes_per_row: u32,
     pub rows_per_cube: u32,
+    pub rows_per_unit: u32,
     pub vectors_per_lane: usize,
     pub lane_reduce: LaneReduce,
+    pub gamma: GammaIn,
     pub activation: Activation,
 }
 
@@ -58,22 +75,129 @@ impl Knobs {
         self.lanes_per_row * self.rows_per_cube
     }
 
-    pub(crate) fn row_config(&self, channels: usize, activation: Activation) -> RowConfig {
+    /// Rows one cube covers per grid-stride step.
+    pub fn rows_per_step(&self) -> usize {
+        self.rows_per_cube as usize * self.rows_per_unit as usize
+    }
+
+    /// The comptime configuration for rows of `channels` elements: settings that cannot apply
+    /// are normalised (no register cache means streaming with gamma from global memory; one
+    /// lane means no lane reduction), so equivalent knobs share one compiled kernel.
+    pub fn row_config(&self, channels: usize, activation: Activation) -> RowConfig {
+        let cached = self.caches_row(channels);
         RowConfig {
             lanes_per_row: self.lanes_per_row,
             rows_per_cube: self.rows_per_cube,
-            vectors_per_lane: if self.caches_row(channels) {
-                self.vectors_per_lane
-            } else {
-                0
-            },
+            rows_per_unit: self.rows_per_unit,
+            vectors_per_lane: if cached { self.vectors_per_lane } else { 0 },
             lane_reduce: if self.lanes_per_row == 1 {
-                // Nothing to combine; keep one config for both settings.
                 LaneReduce::Plane
             } else {
                 self.lane_reduce
             },
+            gamma: if cached { self.gamma } else { GammaIn::Global },
             activation,
         }
+    }
+}
+
+impl core::fmt::Display for Knobs {
+    /// Compact form, also accepted by [`Knobs::parse`]:
+    /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let reduce = match self.lane_reduce {
+            LaneReduce::Plane => "plane",
+            LaneReduce::Shared => "shared",
+        };
+        let gamma = match self.gamma {
+            GammaIn::Registers => "greg",
+            GammaIn::Shared => "gsh",
+            GammaIn::Global => "gglob",
+        };
+        write!(
+            f,
+            "v{}.l{}.r{}.u{}.c{}.{reduce}.{gamma}.",
+            self.vector_size,
+            self.lanes_per_row,
+            self.rows_per_cube,
+            self.rows_per_unit,
+            self.vectors_per_lane
+        )?;
+        match self.max_cubes {
+            Some(m) => write!(f, "m{m}"),
+            None => write!(f, "m-"),
+        }
+    }
+}
+
+impl Knobs {
+    /// Parses the form written by `Display` (used by the `RMSNORM_SILU_KNOBS` override).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.trim().split('.').collect();
+        let bad = || {
+            format!(
+                "knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.u<rows per unit>.c<vectors per \
+                 lane>.<plane|shared>.<greg|gsh|gglob>.m<max cubes|->, e.g. v8.l16.r8.u1.c3.plane.greg.m-"
+            )
+        };
+        let [v, l, r, u, c, reduce, gamma, m] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let num = |s: &str, prefix: char| -> Result<u64, String> {
+            s.strip_prefix(prefix)
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(bad)
+        };
+        Ok(Knobs {
+            vector_size: num(v, 'v')? as usize,
+            lanes_per_row: num(l, 'l')? as u32,
+            rows_per_cube: num(r, 'r')? as u32,
+            rows_per_unit: num(u, 'u')? as u32,
+            vectors_per_lane: num(c, 'c')? as usize,
+            lane_reduce: match *reduce {
+                "plane" => LaneReduce::Plane,
+                "shared" => LaneReduce::Shared,
+                _ => return Err(bad()),
+            },
+            gamma: match *gamma {
+                "greg" => GammaIn::Registers,
+                "gsh" => GammaIn::Shared,
+                "gglob" => GammaIn::Global,
+                _ => return Err(bad()),
+            },
+            max_cubes: match *m {
+                "m-" => None,
+                m => Some(num(m, 'm')? as u32),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_parse_round_trip() {
+        let k = Knobs {
+            vector_size: 8,
+            lanes_per_row: 16,
+            rows_per_cube: 8,
+            rows_per_unit: 2,
+            vectors_per_lane: 3,
+            lane_reduce: LaneReduce::Shared,
+            gamma: GammaIn::Shared,
+            max_cubes: Some(2112),
+        };
+        assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
+        assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
+        let k = Knobs {
+            max_cubes: None,
+            gamma: GammaIn::Global,
+            ..k
+        };
+        assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
+        assert!(Knobs::parse("v8.l16").unwrap_err().contains("expected"));
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.warp.greg.m-").is_err());
     }
 }

@@ -16,7 +16,7 @@ pub mod reference;
 pub mod select;
 
 pub use forward::{ForwardError, RowsProblem, launch_forward};
-pub use knobs::{Knobs, LaneReduce};
+pub use knobs::{GammaIn, Knobs, LaneReduce};
 pub use params::{Activation, NormParams};
 pub use select::select_knobs;
 

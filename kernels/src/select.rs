@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use crate::forward::RowsProblem;
-use crate::knobs::{Knobs, LaneReduce};
+use crate::knobs::{GammaIn, Knobs, LaneReduce};
 
 /// Largest register cache per lane, in vectors. Beyond it the streaming variant is used.
 pub const MAX_VECTORS_PER_LANE: usize = 8;
@@ -73,8 +73,10 @@ pub fn select_knobs(
         vector_size,
         lanes_per_row,
         rows_per_cube,
+        rows_per_unit: 1,
         vectors_per_lane,
         lane_reduce,
+        gamma: GammaIn::Registers,
         max_cubes,
     }
 }
