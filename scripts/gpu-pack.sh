@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Builds the release test binary and the demo here, and packs them (stripped, xz) into gpu/
-# for the `device` tool, which carries gpu/ to a GPU machine that has no Rust toolchain.
+# Builds release binaries here and packs them (stripped, xz) into gpu/ for the `device` tool,
+# which carries gpu/ to a GPU machine that has no Rust toolchain (at most two or three fit in
+# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench]   (default: tests demo)
 # Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 mkdir -p gpu
-test_bin=$(cargo test --release -p burn-rmsnorm-silu --test main --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import sys,json
+what=("$@")
+[ ${#what[@]} -gt 0 ] || what=(tests demo)
+artifact() { # cargo command and its target selection -> newest executable path
+    cargo "$@" -p burn-rmsnorm-silu --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="main" and m.get("executable"): print(m["executable"])' | tail -1)
-cargo build --release --example demo
-cp "$test_bin" gpu/tests
-cp target/release/examples/demo gpu/demo
-strip gpu/tests gpu/demo 2>/dev/null || true
+    if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1
+}
 rm -f gpu/*.xz
-xz -T2 -6 gpu/tests gpu/demo
+for w in "${what[@]}"; do
+    case "$w" in
+        tests) bin=$(artifact test --release --test main) ;;
+        bench) bin=$(artifact bench --bench rmsnorm) ;;
+        demo) cargo build --release --example demo; bin=target/release/examples/demo ;;
+        *) echo "unknown binary $w" >&2; exit 2 ;;
+    esac
+    cp "$bin" "gpu/$w"
+    strip "gpu/$w" 2>/dev/null || true
+    xz -T2 -6 -f "gpu/$w"
+done
 ls -la gpu

@@ -5,20 +5,24 @@
 //!
 //! This crate knows nothing about Burn: it takes cubecl handles and element types. Its rooms:
 //! - [`knobs`]: the launch parameters of the row kernel, a plain comptime struct;
-//! - [`select`]: how the knobs are chosen for a device and shape (a heuristic valid everywhere);
+//! - [`select`]: how the knobs are chosen for a device and shape: an override, the tuned
+//!   per-architecture table ([`lut`]), a heuristic valid everywhere;
+//! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos.
 
 pub mod forward;
 pub mod knobs;
+pub mod lut;
 pub mod params;
 pub mod reference;
 pub mod select;
+pub mod timing;
 
 pub use forward::{ForwardError, RowsProblem, launch_forward};
 pub use knobs::{GammaIn, Knobs, LaneReduce};
 pub use params::{Activation, NormParams};
-pub use select::select_knobs;
+pub use select::{KnobSource, heuristic_knobs, select_knobs, select_knobs_with_source};
 
 /// Re-exported so downstream crates name the same cubecl.
 pub use cubecl;

@@ -1,10 +1,118 @@
-//! Knob selection: a heuristic that gives a valid, reasonable configuration for every device,
-//! C and row count. (A measured per-architecture table takes precedence once it exists.)
+//! Knob selection at launch, in this order:
+//! 1. `RMSNORM_SILU_KNOBS=<knobs>` (the `Display` form of [`Knobs`]) forces a config for
+//!    experiments, when it is valid for the shape;
+//! 2. the device architecture's tuned table ([`crate::lut`]): exact entry, else nearest T for
+//!    the same C;
+//! 3. [`heuristic_knobs`], valid for every device, C and row count.
+//!
+//! The choice and its source are logged at debug level.
 
 use cubecl::prelude::*;
 
-use crate::forward::RowsProblem;
+use crate::forward::{RowsProblem, validate_knobs};
 use crate::knobs::{GammaIn, Knobs, LaneReduce};
+use crate::lut;
+
+/// Environment variable that forces a knob configuration.
+pub const KNOBS_ENV: &str = "RMSNORM_SILU_KNOBS";
+
+/// Where the selected knobs came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnobSource {
+    Environment,
+    Lut(lut::Match),
+    Heuristic,
+}
+
+/// The table key of an element size: tables are keyed by output kind (2-byte in and out is
+/// `bf16`, which f16 shares).
+pub fn out_kind(elem_size: usize) -> &'static str {
+    match elem_size {
+        1 => "fp8",
+        2 => "bf16",
+        4 => "f32",
+        _ => "f64",
+    }
+}
+
+/// The device's compute capability x 10, when it is a CUDA device.
+pub fn device_sm(client: &Client) -> Option<u32> {
+    lut::sm_from_fingerprint(&client.properties().identity.fingerprint)
+}
+
+fn valid(
+    client: &Client,
+    knobs: &Knobs,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    alignment_bytes: u64,
+) -> bool {
+    validate_knobs(
+        client,
+        knobs,
+        problem,
+        &[alignment_bytes; 3],
+        &[elem_size, gamma_elem_size, elem_size],
+    )
+    .is_ok()
+}
+
+/// Chooses knobs for `problem` (see the module docs) and says where they came from.
+/// `alignment_bytes` is the largest power of two that divides every buffer's byte offset.
+pub fn select_knobs_with_source(
+    client: &Client,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    alignment_bytes: u64,
+) -> (Knobs, KnobSource) {
+    let ok = |k: &Knobs| valid(client, k, problem, elem_size, gamma_elem_size, alignment_bytes);
+    let chosen = if let Some(k) = std::env::var(KNOBS_ENV)
+        .ok()
+        .and_then(|text| match Knobs::parse(&text) {
+            Ok(k) if ok(&k) => Some(k),
+            Ok(k) => {
+                log::warn!("{KNOBS_ENV}={k} is not valid for {problem:?}; ignored");
+                None
+            }
+            Err(e) => {
+                log::warn!("{KNOBS_ENV}: {e}; ignored");
+                None
+            }
+        }) {
+        (k, KnobSource::Environment)
+    } else if let Some((k, how)) = device_sm(client).and_then(|sm| {
+        let sms = client.properties().hardware.num_streaming_multiprocessors;
+        lut::lookup(sm, problem.channels, problem.rows, out_kind(elem_size))
+            .map(|(e, how)| (e.knobs_for(sms), how))
+            .filter(|(k, _)| ok(k))
+    }) {
+        (k, KnobSource::Lut(how))
+    } else {
+        let k = heuristic_knobs(client, problem, elem_size, gamma_elem_size, alignment_bytes);
+        (k, KnobSource::Heuristic)
+    };
+    log::debug!(
+        "rms_norm_silu knobs for rows={} C={}: {} ({:?})",
+        problem.rows,
+        problem.channels,
+        chosen.0,
+        chosen.1
+    );
+    chosen
+}
+
+/// [`select_knobs_with_source`] without the source.
+pub fn select_knobs(
+    client: &Client,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    alignment_bytes: u64,
+) -> Knobs {
+    select_knobs_with_source(client, problem, elem_size, gamma_elem_size, alignment_bytes).0
+}
 
 /// Largest register cache per lane, in vectors. Beyond it the streaming variant is used.
 pub const MAX_VECTORS_PER_LANE: usize = 8;
@@ -12,9 +120,8 @@ pub const MAX_VECTORS_PER_LANE: usize = 8;
 /// Units per cube the heuristic aims for on a GPU.
 const TARGET_UNITS_PER_CUBE: u32 = 128;
 
-/// Chooses knobs for `problem` with elements of `elem_size` bytes on `client`'s device.
-/// `alignment_bytes` is the largest power of two that divides every buffer's byte offset.
-pub fn select_knobs(
+/// The fallback: a valid, reasonable configuration for every device, C and row count.
+pub fn heuristic_knobs(
     client: &Client,
     problem: RowsProblem,
     elem_size: usize,

@@ -1,0 +1,444 @@
+//! Benchmarks and the knob tuner for the fused RMSNorm + SiLU kernel (custom harness).
+//!
+//! ```text
+//! cargo bench --bench rmsnorm                  # bench: the 55 tuned shapes + fallback shapes
+//! cargo bench --bench rmsnorm -- tune          # sweep knobs per shape, write kernels/lut/sm<NN>.txt
+//! cargo bench --bench rmsnorm -- fallback      # heuristic vs best knobs on shapes outside the LUT
+//! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
+//! ```
+//! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
+//! (15 per candidate while tuning), the L2 flushed before every timed run, fresh random inputs
+//! per shape, and a same-bytes copy measured in the same run as the roof. Runs on CUDA device 0
+//! (`--device cpu` for the CubeCL CPU runtime, for a smoke test only).
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use burn::backend::DispatchDevice;
+use burn::tensor::activation::silu;
+use burn::tensor::{DType, Device, Distribution, Tensor};
+use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};
+use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
+use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
+use burn_rmsnorm_silu::kernels::forward::validate_knobs;
+use burn_rmsnorm_silu::kernels::select::{device_sm, out_kind, pick_vector_size};
+use burn_rmsnorm_silu::kernels::timing::{Timer, median};
+use burn_rmsnorm_silu::kernels::{
+    Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
+    launch_forward, select_knobs_with_source,
+};
+use burn_rmsnorm_silu::rms_norm_silu;
+
+const CHANNELS: [usize; 11] = [64, 128, 160, 256, 320, 512, 640, 1024, 96, 192, 384];
+const TOKENS: [usize; 5] = [1560, 6240, 24960, 99840, 399360];
+const FALLBACK_CHANNELS: [usize; 6] = [48, 200, 768, 1536, 2048, 4096];
+const FALLBACK_TOKENS: [usize; 3] = [1000, 50000, 1597440];
+const BF16: ElemType = ElemType::Float(FloatKind::BF16);
+
+struct Args {
+    mode: String,
+    out: String,
+    lut: Option<String>,
+    quick: bool,
+    device: String,
+}
+
+fn args() -> Args {
+    let raw: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let value = |name: &str| {
+        raw.iter()
+            .position(|a| a == name)
+            .and_then(|i| raw.get(i + 1).cloned())
+    };
+    Args {
+        mode: raw
+            .iter()
+            .find(|a| !a.starts_with("--"))
+            .filter(|a| ["bench", "tune", "fallback"].contains(&a.as_str()))
+            .cloned()
+            .unwrap_or_else(|| "bench".into()),
+        out: value("--out").unwrap_or_else(|| "target/bench".into()),
+        lut: value("--lut"),
+        quick: raw.iter().any(|a| a == "--quick"),
+        device: value("--device").unwrap_or_else(|| "cuda".into()),
+    }
+}
+
+/// One problem's device buffers (fresh random inputs).
+struct Buffers {
+    x: Handle,
+    gamma: Handle,
+    out: Handle,
+    problem: RowsProblem,
+}
+
+impl Buffers {
+    fn new(timer: &mut Timer, rows: usize, channels: usize) -> Self {
+        Buffers {
+            x: timer.random(BF16, rows * channels, -5.0, 20.0),
+            gamma: timer.random(BF16, channels, 0.5, 1.5),
+            out: timer.client.empty(rows * channels * 2),
+            problem: RowsProblem::dense(rows, channels),
+        }
+    }
+
+    fn bytes(&self) -> f64 {
+        let RowsProblem { rows, channels, .. } = self.problem;
+        (rows * channels * 4 + channels * 2) as f64
+    }
+
+    fn launch(&self, client: &Client, knobs: &Knobs) {
+        let eps = 1e-6 / self.problem.channels as f32;
+        launch_forward(
+            client,
+            self.x.clone(),
+            self.gamma.clone(),
+            self.out.clone(),
+            BF16,
+            BF16,
+            self.problem,
+            NormParams::rms(eps),
+            Activation::Silu,
+            knobs,
+        )
+        .expect("launch");
+    }
+
+    fn valid(&self, client: &Client, knobs: &Knobs) -> bool {
+        validate_knobs(client, knobs, self.problem, &[0; 3], &[2; 3]).is_ok()
+    }
+}
+
+/// Kernel time (median of `runs`) for `knobs`.
+fn time_knobs(timer: &Timer, b: &Buffers, knobs: &Knobs, runs: usize) -> f64 {
+    median(&timer.time(2, runs, || b.launch(&timer.client, knobs)))
+}
+
+/// The same-bytes copy (read T*C*2, write T*C*2) in the same run: the roof.
+fn time_copy(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
+    let bytes = b.problem.rows * b.problem.channels * 2;
+    median(&timer.time(2, runs, || timer.copy(&b.x, &b.out, bytes)))
+}
+
+/// The knob space the tuner sweeps for one shape: 16-byte vectors; lanes per row from 1 to
+/// 256 (plane shuffles up to 32, shared memory above) with at most 16 vectors per lane; 1, 2 or
+/// 4 rows in flight per unit; 128 or 256 units per cube; one cube per row group or a persistent
+/// grid at full occupancy. Refinements of the best are added by [`refinements`].
+fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
+    let v = pick_vector_size(client, problem, 2, 2, 256);
+    let vecs = problem.channels / v;
+    let mut out = Vec::new();
+    for lanes in [1u32, 2, 4, 8, 16, 32, 64, 128, 256] {
+        if lanes as usize > vecs.next_power_of_two() {
+            continue;
+        }
+        let vpl = vecs.div_ceil(lanes as usize);
+        if vpl > 16 {
+            continue;
+        }
+        for u in [1u32, 2, 4] {
+            if vpl * u as usize > 16 {
+                continue;
+            }
+            for units in [128u32, 256] {
+                if units < lanes {
+                    continue;
+                }
+                for occupancy in [0u32, 2048 / units] {
+                    out.push(Knobs {
+                        vector_size: v,
+                        lanes_per_row: lanes,
+                        rows_per_cube: units / lanes,
+                        rows_per_unit: u,
+                        vectors_per_lane: vpl,
+                        lane_reduce: if lanes <= 32 {
+                            LaneReduce::Plane
+                        } else {
+                            LaneReduce::Shared
+                        },
+                        gamma: GammaIn::Registers,
+                        max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Variations of the best candidate: gamma placement, grid occupancy, cube size, half-width
+/// vectors.
+fn refinements(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs> {
+    let mut out = vec![
+        Knobs {
+            gamma: GammaIn::Shared,
+            ..best
+        },
+        Knobs {
+            gamma: GammaIn::Global,
+            ..best
+        },
+    ];
+    let units = best.units_per_cube();
+    for occ in [1u32, 2, 4, 8, 16, 32] {
+        if occ * units <= 2048 {
+            out.push(Knobs {
+                max_cubes: Some(occ * sms(client)),
+                ..best
+            });
+        }
+    }
+    if units * 2 <= 1024 {
+        out.push(Knobs {
+            rows_per_cube: best.rows_per_cube * 2,
+            max_cubes: best.max_cubes.map(|m| (m / 2).max(1)),
+            ..best
+        });
+    }
+    if best.vector_size > 1 && problem.channels.is_multiple_of(best.vector_size / 2) {
+        let v = best.vector_size / 2;
+        let vpl = (problem.channels / v).div_ceil(best.lanes_per_row as usize);
+        if vpl * best.rows_per_unit as usize <= 16 {
+            out.push(Knobs {
+                vector_size: v,
+                vectors_per_lane: vpl,
+                ..best
+            });
+        }
+    }
+    out
+}
+
+fn sms(client: &Client) -> u32 {
+    client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .unwrap_or(1)
+}
+
+/// The best knobs for a shape and their time: sweep, then refine around the best.
+fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
+    let client = &timer.client;
+    let mut best: Option<(Knobs, f64)> = None;
+    let consider = |k: Knobs, best: &mut Option<(Knobs, f64)>| {
+        if !b.valid(client, &k) {
+            return;
+        }
+        let t = time_knobs(timer, b, &k, 15);
+        if best.is_none_or(|(_, bt)| t < bt) {
+            *best = Some((k, t));
+        }
+    };
+    for k in candidates(client, b.problem) {
+        consider(k, &mut best);
+    }
+    let first = best.expect("at least one valid candidate").0;
+    for k in refinements(client, b.problem, first) {
+        consider(k, &mut best);
+    }
+    let (k, _) = best.unwrap();
+    // Re-measure the winner with the full run count.
+    (k, time_knobs(timer, b, &k, 50))
+}
+
+fn occupancy_of(k: &Knobs, client: &Client) -> u32 {
+    k.max_cubes.map_or(0, |m| m / sms(client))
+}
+
+fn tune(timer: &mut Timer, args: &Args) {
+    let client = timer.client.clone();
+    let sm = device_sm(&client).expect("tuning needs a CUDA device");
+    let name = client.properties().identity.name.clone();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let mut lut = format!(
+        "# {name} (sm_{sm}) knob table, measured {date}. Written by the tuner:\n\
+         #   cargo bench --bench rmsnorm -- tune   (bf16 in and out)\n\
+         # columns: C T out knobs occupancy(cubes per SM, 0 = one cube per row group) kernel_us copy_us\n"
+    );
+    let path = args
+        .lut
+        .clone()
+        .unwrap_or_else(|| format!("kernels/lut/sm{sm}.txt"));
+    let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
+    for &channels in &CHANNELS {
+        for &rows in tokens {
+            let b = Buffers::new(timer, rows, channels);
+            let start = Instant::now();
+            let (k, t) = tune_shape(timer, &b);
+            let copy = time_copy(timer, &b, 50);
+            let occ = occupancy_of(&k, &client);
+            let table_knobs = Knobs {
+                max_cubes: None,
+                ..k
+            };
+            writeln!(
+                lut,
+                "{channels} {rows} {} {table_knobs} {occ} {t:.2} {copy:.2}",
+                out_kind(2)
+            )
+            .unwrap();
+            println!(
+                "tune C={channels:5} T={rows:7}: {k} {t:8.2} us, copy {copy:8.2} us, x{:.3} ({:.1} s)",
+                t / copy,
+                start.elapsed().as_secs_f64()
+            );
+            // Written after every shape, so an interrupted run keeps what it measured.
+            std::fs::write(&path, &lut).expect("write the LUT");
+        }
+    }
+    println!("wrote {path}");
+}
+
+/// Heuristic vs tuner-best on shapes outside the table.
+fn fallback(timer: &mut Timer, args: &Args) {
+    let client = timer.client.clone();
+    let mut csv = String::from("c,t,heuristic_knobs,heuristic_us,best_knobs,best_us,ratio\n");
+    for &channels in &FALLBACK_CHANNELS {
+        for &rows in &FALLBACK_TOKENS {
+            let b = Buffers::new(timer, rows, channels);
+            let h = heuristic_knobs(&client, b.problem, 2, 2, 256);
+            let th = time_knobs(timer, &b, &h, 50);
+            let (best, tb) = tune_shape(timer, &b);
+            let tb = tb.min(th);
+            writeln!(csv, "{channels},{rows},{h},{th:.2},{best},{tb:.2},{:.3}", th / tb).unwrap();
+            println!(
+                "fallback C={channels:5} T={rows:8}: heuristic {h} {th:8.2} us, best {best} {tb:8.2} us, x{:.3}",
+                th / tb
+            );
+        }
+    }
+    write_file(args, "fallback.csv", &csv);
+}
+
+fn write_file(args: &Args, name: &str, text: &str) {
+    std::fs::create_dir_all(&args.out).expect("create the output folder");
+    let path = format!("{}/{name}", args.out);
+    std::fs::write(&path, text).expect("write");
+    println!("wrote {path}");
+}
+
+/// Burn's own composed ops on the same shape, as Burn fuses them: device time of a profile
+/// window around the ops and the sync that flushes Burn's fusion queue.
+fn time_burn_composed(timer: &Timer, device: &Device, rows: usize, channels: usize) -> f64 {
+    let x = Tensor::<2>::random([rows, channels], Distribution::Normal(5.0, 5.0), device)
+        .cast(DType::BF16);
+    let gamma = Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device)
+        .cast(DType::BF16);
+    let eps = 1e-6 / channels as f64;
+    let composed = || {
+        let x32 = x.clone().cast(DType::F32);
+        let rms = (x32.clone().square().mean_dim(1) + eps).sqrt();
+        let y = silu(x32 / rms * gamma.clone().cast(DType::F32).unsqueeze::<2>());
+        let y = y.cast(DType::BF16);
+        device.sync().expect("sync");
+        y
+    };
+    median(&timer.time(3, 20, || drop(composed())))
+}
+
+/// End-to-end time of one `rms_norm_silu` call through the Burn API (host clock, warm L2,
+/// including dispatch and the sync).
+fn time_end_to_end(device: &Device, rows: usize, channels: usize) -> f64 {
+    let x = Tensor::<2>::random([rows, channels], Distribution::Normal(5.0, 5.0), device)
+        .cast(DType::BF16);
+    let gamma = Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device)
+        .cast(DType::BF16);
+    let eps = 1e-6 / channels as f32;
+    let mut times = Vec::new();
+    for i in 0..60 {
+        device.sync().expect("sync");
+        let start = Instant::now();
+        let y = rms_norm_silu(x.clone(), gamma.clone(), eps);
+        device.sync().expect("sync");
+        if i >= 10 {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        drop(y);
+    }
+    median(&times)
+}
+
+fn bench(timer: &mut Timer, device: &Device, args: &Args) {
+    let client = timer.client.clone();
+    let mut csv = String::from(
+        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us\n",
+    );
+    let mut shapes: Vec<(usize, usize)> = Vec::new();
+    let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
+    for &c in &CHANNELS {
+        for &t in tokens {
+            shapes.push((c, t));
+        }
+    }
+    println!(
+        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8}",
+        "C", "T", "knobs", "source", "kernel_us", "copy_us", "x_copy", "GB/s", "burn_us", "e2e_us"
+    );
+    for (channels, rows) in shapes {
+        let b = Buffers::new(timer, rows, channels);
+        let (knobs, source) = select_knobs_with_source(&client, b.problem, 2, 2, 256);
+        let kernel = time_knobs(timer, &b, &knobs, 60);
+        let copy = time_copy(timer, &b, 60);
+        let bytes = b.bytes();
+        drop(b);
+        let burn = time_burn_composed(timer, device, rows, channels);
+        let e2e = if rows <= 6240 {
+            time_end_to_end(device, rows, channels)
+        } else {
+            f64::NAN
+        };
+        let source = match source {
+            KnobSource::Environment => "env",
+            KnobSource::Lut(burn_rmsnorm_silu::kernels::lut::Match::Exact) => "lut",
+            KnobSource::Lut(_) => "lut-near",
+            KnobSource::Heuristic => "heuristic",
+        };
+        writeln!(
+            csv,
+            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2}",
+            kernel / copy,
+            bytes / kernel / 1e3,
+            bytes / copy / 1e3,
+            burn / kernel
+        )
+        .unwrap();
+        println!(
+            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2}",
+            knobs.to_string(),
+            kernel / copy,
+            bytes / kernel / 1e3
+        );
+    }
+    write_file(args, "bench.csv", &csv);
+}
+
+fn main() {
+    let args = args();
+    let device = match args.device.as_str() {
+        "cuda" => Device::cuda(0),
+        "cpu" => Device::cpu(),
+        other => panic!("--device must be cuda or cpu, got {other}"),
+    };
+    let DispatchDevice::Cube(cube) = device.as_dispatch() else {
+        panic!("benchmarks need a CubeCL device");
+    };
+    let mut timer = Timer::new(cube.client());
+    let props = timer.client.properties();
+    println!(
+        "device: {} ({}), {} SMs",
+        props.identity.name,
+        props.identity.fingerprint,
+        props.hardware.num_streaming_multiprocessors.unwrap_or(0)
+    );
+    match args.mode.as_str() {
+        "tune" => tune(&mut timer, &args),
+        "fallback" => fallback(&mut timer, &args),
+        _ => bench(&mut timer, &device, &args),
+    }
+}

@@ -1,0 +1,170 @@
+//! Per-architecture knob tables ("LUTs"): data, not logic. Each table is a text file in
+//! `kernels/lut/` written by the tuner (`cargo bench --bench rmsnorm -- tune`), compiled in with
+//! `include_str!` and parsed once.
+//!
+//! Lookup for `(arch, C, T, output)`: the exact entry, else the entry of the same C and output
+//! whose T is nearest on a log scale, else nothing (the caller falls back to the heuristic).
+
+use std::sync::OnceLock;
+
+use crate::knobs::Knobs;
+
+/// One tuned entry.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LutEntry {
+    pub channels: usize,
+    pub rows: usize,
+    /// Output element kind, e.g. `"bf16"` (2-byte inputs and outputs).
+    pub out: &'static str,
+    /// Knobs with `max_cubes` unset; see `occupancy`.
+    pub knobs: Knobs,
+    /// Cubes per multiprocessor of the persistent grid, 0 for one cube per row group.
+    pub occupancy: u32,
+    /// Kernel and same-bytes copy times measured by the tuner (None for transcribed tables).
+    pub kernel_us: Option<f64>,
+    pub copy_us: Option<f64>,
+}
+
+impl LutEntry {
+    /// The knobs for a device with `sms` multiprocessors.
+    pub fn knobs_for(&self, sms: Option<u32>) -> Knobs {
+        Knobs {
+            max_cubes: match (self.occupancy, sms) {
+                (0, _) | (_, None) => None,
+                (occ, Some(sms)) => Some(occ * sms),
+            },
+            ..self.knobs
+        }
+    }
+}
+
+/// A parsed table for one architecture (`sm` = compute capability x 10).
+pub struct Lut {
+    pub sm: u32,
+    pub measured: bool,
+    pub entries: Vec<LutEntry>,
+}
+
+const SM90: &str = include_str!("../lut/sm90.txt");
+const SM100: &str = include_str!("../lut/sm100.txt");
+
+/// Parses a table; panics with the line on malformed input (the tables are compiled in, so a
+/// bad one is caught by the tests).
+pub fn parse(text: &'static str) -> Vec<LutEntry> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let f: Vec<&'static str> = line.split_whitespace().collect();
+            let bad = |what: &str| -> ! { panic!("LUT line `{line}`: bad {what}") };
+            if f.len() != 7 {
+                bad("column count (want 7)");
+            }
+            let time = |s: &str| if s == "-" { None } else { s.parse().ok() };
+            LutEntry {
+                channels: f[0].parse().unwrap_or_else(|_| bad("C")),
+                rows: f[1].parse().unwrap_or_else(|_| bad("T")),
+                out: f[2],
+                knobs: Knobs::parse(f[3]).unwrap_or_else(|e| bad(&e)),
+                occupancy: f[4].parse().unwrap_or_else(|_| bad("occupancy")),
+                kernel_us: time(f[5]),
+                copy_us: time(f[6]),
+            }
+        })
+        .collect()
+}
+
+/// All compiled-in tables.
+pub fn tables() -> &'static [Lut] {
+    static TABLES: OnceLock<Vec<Lut>> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        vec![
+            Lut {
+                sm: 90,
+                measured: true,
+                entries: parse(SM90),
+            },
+            Lut {
+                sm: 100,
+                measured: false,
+                entries: parse(SM100),
+            },
+        ]
+    })
+}
+
+/// How an entry was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Match {
+    Exact,
+    NearestRows,
+}
+
+/// The entry for `(sm, C, T, out)`: exact, else nearest T (log scale) for the same C and out.
+pub fn lookup(sm: u32, channels: usize, rows: usize, out: &str) -> Option<(LutEntry, Match)> {
+    let table = tables().iter().find(|t| t.sm == sm)?;
+    let same_c = table
+        .entries
+        .iter()
+        .filter(|e| e.channels == channels && e.out == out);
+    let distance = |e: &&LutEntry| ((e.rows.max(1) as f64) / (rows.max(1) as f64)).ln().abs();
+    let best = same_c.min_by(|a, b| distance(a).total_cmp(&distance(b)))?;
+    let how = if best.rows == rows {
+        Match::Exact
+    } else {
+        Match::NearestRows
+    };
+    Some((*best, how))
+}
+
+/// The compute capability x 10 from a cubecl CUDA fingerprint such as `ptx_sm90`.
+pub fn sm_from_fingerprint(fingerprint: &str) -> Option<u32> {
+    let digits: String = fingerprint
+        .rsplit("sm")
+        .next()?
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    if fingerprint.contains("sm") {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_parse_and_cover_the_cudnn_grid() {
+        let sm100 = tables().iter().find(|t| t.sm == 100).unwrap();
+        assert_eq!(sm100.entries.len(), 120);
+        assert!(!sm100.measured);
+        for t in tables() {
+            for e in &t.entries {
+                assert!(e.knobs.lanes_per_row.is_power_of_two(), "{e:?}");
+                assert!(e.channels.is_multiple_of(e.knobs.vector_size), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_exact_then_nearest_rows() {
+        let (e, how) = lookup(100, 256, 24960, "bf16").unwrap();
+        assert_eq!((e.rows, how), (24960, Match::Exact));
+        let (e, how) = lookup(100, 256, 30000, "bf16").unwrap();
+        assert_eq!((e.rows, how), (24960, Match::NearestRows));
+        let (e, _) = lookup(100, 256, 1, "bf16").unwrap();
+        assert_eq!(e.rows, 1560);
+        assert!(lookup(100, 257, 1560, "bf16").is_none());
+        assert!(lookup(75, 256, 1560, "bf16").is_none());
+    }
+
+    #[test]
+    fn fingerprints() {
+        assert_eq!(sm_from_fingerprint("ptx_sm90"), Some(90));
+        assert_eq!(sm_from_fingerprint("cuda_sm100a"), Some(100));
+        assert_eq!(sm_from_fingerprint("cpu"), None);
+    }
+}
