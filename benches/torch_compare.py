@@ -47,10 +47,11 @@ def main():
             copy = bench(lambda: out.copy_(x))
             rows.append([c, t, f"{eager:.2f}", f"{comp:.2f}", f"{copy:.2f}"])
             print(f"C={c:5} T={t:7}: eager {eager:9.2f} us  compile {comp:9.2f} us  copy {copy:9.2f} us", flush=True)
-    with open(os.path.join(args.out, "torch.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["c", "t", "eager_us", "compile_us", "torch_copy_us"])
-        w.writerows(rows)
+            # Written after every shape, so an interrupted run keeps what it measured.
+            with open(os.path.join(args.out, "torch.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["c", "t", "eager_us", "compile_us", "torch_copy_us"])
+                w.writerows(rows)
 
 
 if __name__ == "__main__":
