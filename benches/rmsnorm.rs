@@ -44,7 +44,10 @@ struct Args {
 }
 
 fn args() -> Args {
-    let raw: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let raw: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let value = |name: &str| {
         raw.iter()
             .position(|a| a == name)
@@ -306,7 +309,12 @@ fn fallback(timer: &mut Timer, args: &Args) {
             let th = time_knobs(timer, &b, &h, 50);
             let (best, tb) = tune_shape(timer, &b);
             let tb = tb.min(th);
-            writeln!(csv, "{channels},{rows},{h},{th:.2},{best},{tb:.2},{:.3}", th / tb).unwrap();
+            writeln!(
+                csv,
+                "{channels},{rows},{h},{th:.2},{best},{tb:.2},{:.3}",
+                th / tb
+            )
+            .unwrap();
             println!(
                 "fallback C={channels:5} T={rows:8}: heuristic {h} {th:8.2} us, best {best} {tb:8.2} us, x{:.3}",
                 th / tb
@@ -328,8 +336,8 @@ fn write_file(args: &Args, name: &str, text: &str) {
 fn time_burn_composed(timer: &Timer, device: &Device, rows: usize, channels: usize) -> f64 {
     let x = Tensor::<2>::random([rows, channels], Distribution::Normal(5.0, 5.0), device)
         .cast(DType::BF16);
-    let gamma = Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device)
-        .cast(DType::BF16);
+    let gamma =
+        Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device).cast(DType::BF16);
     let eps = 1e-6 / channels as f64;
     let composed = || {
         let x32 = x.clone().cast(DType::F32);
@@ -347,8 +355,8 @@ fn time_burn_composed(timer: &Timer, device: &Device, rows: usize, channels: usi
 fn time_end_to_end(device: &Device, rows: usize, channels: usize) -> f64 {
     let x = Tensor::<2>::random([rows, channels], Distribution::Normal(5.0, 5.0), device)
         .cast(DType::BF16);
-    let gamma = Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device)
-        .cast(DType::BF16);
+    let gamma =
+        Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device).cast(DType::BF16);
     let eps = 1e-6 / channels as f32;
     let mut times = Vec::new();
     for i in 0..60 {

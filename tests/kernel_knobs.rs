@@ -364,3 +364,58 @@ fn sliced_tensor_through_the_api() {
         burn_rmsnorm_silu::rms_norm_silu(xt, tensor(&gamma, [channels], DType::F32, &device), 1e-5);
     assert_close(&values(y), &want, 1e-6, 1e-5, "sliced rows");
 }
+
+/// Every configuration the tuned tables can choose gives the reference answer (on CUDA every
+/// entry runs; on the CPU runtime, whose cubes hold at most a few units and no plane ops, the
+/// entries are checked for validity against a GPU-like device and skipped here).
+#[test]
+fn lut_configurations_match_the_reference() {
+    use rmsnorm_silu_kernels::lut::tables;
+    let device = cube_device();
+    let client = device.client();
+    let sms = client.properties().hardware.num_streaming_multiprocessors;
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for table in tables() {
+        for e in table.entries.iter().filter(|e| e.out == "bf16") {
+            let k = e.knobs_for(sms);
+            let problem = RowsProblem::dense(777, e.channels);
+            if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {
+                assert!(
+                    !on_gpu() || table.sm != 90,
+                    "sm90 entry invalid on this GPU: {e:?}"
+                );
+                continue;
+            }
+            ran += 1;
+            let run = std::panic::catch_unwind(|| {
+                check_knobs(k, 777, e.channels, DType::BF16, Activation::Silu)
+            });
+            if let Err(err) = run {
+                let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+                failures.push(format!("sm{} {k}: {msg}", table.sm));
+            }
+        }
+    }
+    eprintln!("ran {ran} table configurations");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Selection returns a valid configuration for every C from 1 to 8192 and T from 1 to 10^7.
+#[test]
+fn selection_is_valid_for_every_shape() {
+    use rmsnorm_silu_kernels::select_knobs_with_source;
+    let device = cube_device();
+    let client = device.client();
+    for channels in 1..=8192usize {
+        for rows in [1usize, 7, 1000, 24_960, 100_000, 1_597_440, 10_000_000] {
+            for elem in [2usize, 4] {
+                let problem = RowsProblem::dense(rows, channels);
+                let (k, source) = select_knobs_with_source(&client, problem, elem, elem, 256);
+                if let Err(e) = validate_knobs(&client, &k, problem, &[0; 3], &[elem; 3]) {
+                    panic!("C={channels} T={rows} elem={elem}: {k} ({source:?}): {e}");
+                }
+            }
+        }
+    }
+}

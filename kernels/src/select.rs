@@ -67,7 +67,16 @@ pub fn select_knobs_with_source(
     gamma_elem_size: usize,
     alignment_bytes: u64,
 ) -> (Knobs, KnobSource) {
-    let ok = |k: &Knobs| valid(client, k, problem, elem_size, gamma_elem_size, alignment_bytes);
+    let ok = |k: &Knobs| {
+        valid(
+            client,
+            k,
+            problem,
+            elem_size,
+            gamma_elem_size,
+            alignment_bytes,
+        )
+    };
     let chosen = if let Some(k) = std::env::var(KNOBS_ENV)
         .ok()
         .and_then(|text| match Knobs::parse(&text) {

@@ -58,7 +58,11 @@ impl Timer {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0x1234_5678);
-        Self { client, flush, seed }
+        Self {
+            client,
+            flush,
+            seed,
+        }
     }
 
     fn grid(&self, units: usize, cube: u32) -> CubeCount {
