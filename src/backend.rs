@@ -1,3 +1,6 @@
+// The macro-generated dispatch names the deprecated NdArray backend, which issue 2 asks for.
+#![allow(deprecated)]
+
 //! The backend extension: one trait method, implemented by the fused kernel on CubeCL backends
 //! (and, generated, under Fusion), by the composed Burn ops elsewhere, and with a registered
 //! backward under Autodiff.
@@ -10,7 +13,13 @@ use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 /// `y = act(x * r * gamma)` with `act` SiLU when `silu` is true, else the identity.
 /// Inputs are validated by [`crate::rms_norm_silu_with`]; implementations may assume a float
 /// `x` of rank >= 1 whose last axis has the length of the 1-D `gamma`, on the same device.
-#[backend_extension(Cube: cfg(any(feature = "cuda", feature = "cpu")), Fusion, Autodiff, Flex)]
+#[backend_extension(
+    Cube: cfg(any(feature = "cuda", feature = "cpu")),
+    Fusion,
+    Autodiff,
+    Flex,
+    NdArray: cfg(feature = "ndarray")
+)]
 pub trait RmsNormSiluBackend: Backend {
     #[fusion(dtype = x, shape = x)]
     fn rms_norm_silu(
@@ -25,3 +34,7 @@ pub trait RmsNormSiluBackend: Backend {
 }
 
 impl RmsNormSiluBackend for burn::backend::Flex {}
+
+#[cfg(feature = "ndarray")]
+#[allow(deprecated)]
+impl RmsNormSiluBackend for burn::backend::NdArray {}

@@ -69,9 +69,15 @@ fn gradients_match_burn_autodiff_of_the_composition() {
 }
 
 #[test]
-fn gradients_on_a_non_cubecl_backend() {
-    let device = Device::flex().autodiff();
-    check_gradients(&device, RmsNormSiluOptions::rms(1e-5), "flex rms silu");
+fn gradients_on_non_cubecl_backends() {
+    check_gradients(
+        &Device::flex().autodiff(),
+        RmsNormSiluOptions::rms(1e-5),
+        "flex rms silu",
+    );
+    #[allow(deprecated)]
+    let ndarray = Device::ndarray().autodiff();
+    check_gradients(&ndarray, RmsNormSiluOptions::wan(), "ndarray wan silu");
 }
 
 /// A row held at the Wan clamp: its scale does not depend on x, so dx = r * gamma * dv.

@@ -194,11 +194,16 @@ fn wan_l2_clamp_norm_and_plain_norm() {
     }
 }
 
-/// A backend without the fused kernel (Flex) gets the composed implementation.
+/// Backends without the fused kernel (Flex, NdArray) get the composed implementation.
 #[test]
-fn flex_backend_matches_reference() {
-    let device = Device::flex();
-    let mut rng = rng("flex");
+fn flex_and_ndarray_backends_match_reference() {
+    check_composed_backend(Device::flex());
+    #[allow(deprecated)]
+    check_composed_backend(Device::ndarray());
+}
+
+fn check_composed_backend(device: Device) {
+    let mut rng = rng("composed backend");
     let (rows, channels) = (5, 100);
     let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
     let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
@@ -207,7 +212,7 @@ fn flex_backend_matches_reference() {
         tensor(&gamma, [channels], DType::F32, &device),
         eps,
     );
-    assert_close(&values(y), &want, 1e-6, 1e-5, "flex f32");
+    assert_close(&values(y), &want, 1e-6, 1e-5, &format!("{device:?} f32"));
 
     let options = RmsNormSiluOptions::wan().with_activation(Activation::Identity);
     let want = reference(&x, &gamma, Norm::WAN.params(channels), Activation::Identity);
@@ -216,5 +221,11 @@ fn flex_backend_matches_reference() {
         tensor(&gamma, [channels], DType::F32, &device),
         options,
     );
-    assert_close(&values(y), &want, 1e-6, 1e-5, "flex wan identity");
+    assert_close(
+        &values(y),
+        &want,
+        1e-6,
+        1e-5,
+        &format!("{device:?} wan identity"),
+    );
 }

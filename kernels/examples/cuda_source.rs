@@ -1,0 +1,84 @@
+//! Prints the CUDA C++ that cubecl's NVRTC path generates for the row kernel with given knobs,
+//! without a GPU (to read what the compiler will see: vector widths, the math, the loops).
+//!
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C]`
+
+use std::sync::Arc;
+
+use cubecl::ir::{
+    DeviceIdentity, ElemType, FloatKind, HardwareProperties, MemoryDeviceProperties,
+    features::Features,
+};
+use cubecl::prelude::*;
+use cubecl_cpp::{shared::CompilationOptions, shared::CppCompiler, target::Cuda};
+use cubecl_runtime::compiler::Compiler;
+use rmsnorm_silu_kernels::forward::rms_norm_rows;
+use rmsnorm_silu_kernels::{Activation, Knobs};
+
+fn properties() -> Arc<DeviceProperties> {
+    Arc::new(DeviceProperties::new(
+        Features::default(),
+        MemoryDeviceProperties::new(u64::MAX, 256),
+        HardwareProperties {
+            load_width: 128,
+            vector_register_count: None,
+            plane_size_min: 32,
+            plane_size_max: 32,
+            max_bindings: 32,
+            max_shared_memory_size: 232448,
+            max_cube_count: (u32::MAX, u16::MAX as u32, u16::MAX as u32),
+            max_units_per_cube: 1024,
+            max_cube_dim: (1024, 1024, 64),
+            num_streaming_multiprocessors: Some(132),
+            num_tensor_cores: None,
+            min_tensor_cores_dim: None,
+            num_cpu_cores: None,
+            last_level_cache_size: None,
+            max_vector_size: VectorSize::MAX,
+            cube_mma_reserved_shared_memory: 0,
+        },
+        cubecl::profile::TimingMethod::Device,
+        DeviceIdentity {
+            name: "offline".to_string(),
+            fingerprint: "ptx_sm90".to_string(),
+            physical: None,
+        },
+    ))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
+    let cfg = knobs.row_config(channels, Activation::Silu);
+    let settings = KernelSettings::new(
+        *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    );
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let kernel = rms_norm_rows::RmsNormRows::new(
+        settings,
+        properties(),
+        Arc::new(TargetProperties::default()),
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        knobs.vector_size,
+        cfg,
+        [bf16, bf16],
+    );
+    let source = CppCompiler::<Cuda>::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .expect("compile")
+        .source;
+    println!("{source}");
+}
