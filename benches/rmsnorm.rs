@@ -161,6 +161,7 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         },
                         gamma: GammaIn::Registers,
                         max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
+                        fast_math: false,
                     });
                 }
             }
@@ -169,10 +170,14 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
     out
 }
 
-/// Variations of the best candidate: gamma placement, grid occupancy, cube size, half-width
-/// vectors.
+/// Variations of the best candidate: PTX fast math, gamma placement, grid occupancy, cube size,
+/// half-width vectors.
 fn refinements(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs> {
     let mut out = vec![
+        Knobs {
+            fast_math: true,
+            ..best
+        },
         Knobs {
             gamma: GammaIn::Shared,
             ..best

@@ -96,6 +96,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         lane_reduce: reduce,
         gamma: GammaIn::Registers,
         max_cubes: None,
+        fast_math: false,
     }
 }
 
@@ -168,6 +169,21 @@ fn every_knob_path_writes_every_element() {
             99_999,
             96,
         ));
+        // SiLU through PTX ex2/rcp approximations (CUDA only).
+        for (k, rows, channels) in [
+            (knobs(8, 16, 8, 3, Plane), 1001, 384),
+            (knobs(8, 8, 16, 0, Plane), 1001, 1000),
+            (knobs(4, 64, 2, 2, Shared), 77, 512),
+        ] {
+            cases.push((
+                Knobs {
+                    fast_math: true,
+                    ..k
+                },
+                rows,
+                channels,
+            ));
+        }
     }
     cases.push((knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8));
     // Every case runs; the failures are reported together. RMSNORM_KNOB_CASE=i runs case i only.
@@ -257,6 +273,14 @@ fn invalid_knobs_are_refused_with_a_reason() {
     for (k, needle) in cases {
         let err = validate_knobs(&client, &k, problem, &[0, 0, 0], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains(needle), "{k:?}: {err}");
+    }
+    if !on_gpu() {
+        let fast = Knobs {
+            fast_math: true,
+            ..knobs(4, 1, 1, 3, LaneReduce::Plane)
+        };
+        let err = validate_knobs(&client, &fast, problem, &[0; 3], &[2; 3]).unwrap_err();
+        assert!(err.to_string().contains("needs a CUDA device"), "{err}");
     }
     let misaligned = validate_knobs(
         &client,

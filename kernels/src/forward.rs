@@ -134,14 +134,47 @@ fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f32 {
 /// compute-bound on an H200; the reciprocal square root is one special-function instruction
 /// (max error 2 ulp, so `sigmoid` is within ~5 ulp). `e = inf` (v < -88) gives 0, NaN stays NaN.
 #[cube]
-fn activate<N: Size>(v: Vector<f32, N>, #[comptime] activation: Activation) -> Vector<f32, N> {
+fn activate<N: Size>(
+    v: Vector<f32, N>,
+    #[comptime] activation: Activation,
+    #[comptime] fast_math: bool,
+) -> Vector<f32, N> {
     let mut y = v;
     if comptime![activation == Activation::Silu] {
-        let one = Vector::<f32, N>::new(1.0f32);
-        let r = Vector::inverse_sqrt(one + Vector::exp(Vector::<f32, N>::new(0.0f32) - v));
-        y = v * (r * r);
+        if comptime![fast_math] {
+            #[unroll]
+            for k in 0..N::value() {
+                let vk = v.extract(k);
+                y.insert(
+                    k,
+                    vk * ptx_rcp_approx(1.0f32 + ptx_ex2_approx(vk * -LOG2_E)),
+                );
+            }
+        } else {
+            let one = Vector::<f32, N>::new(1.0f32);
+            let r = Vector::inverse_sqrt(one + Vector::exp(Vector::<f32, N>::new(0.0f32) - v));
+            y = v * (r * r);
+        }
     }
     y
+}
+
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
+#[cube]
+fn ptx_ex2_approx(x: f32) -> f32 {
+    let out: f32;
+    gpu_asm!("ex2.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
+    out
+}
+
+/// `1 / x` with PTX `rcp.approx.ftz.f32` (one special-function instruction; CUDA only).
+#[cube]
+fn ptx_rcp_approx(x: f32) -> f32 {
+    let out: f32;
+    gpu_asm!("rcp.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
+    out
 }
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
@@ -179,6 +212,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
     let lane = UNIT_POS_X as usize;
     let y = UNIT_POS_Y as usize;
     let rows_per_step = comptime![rows_per_cube * rows_per_unit];
+    #[allow(clippy::manual_div_ceil)]
     let groups = (rows + rows_per_step - 1) / rows_per_step;
     let mut group = CUBE_POS;
     let mut sums = Array::<f32>::new(rows_per_unit);
@@ -261,7 +295,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                             GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
                         }
                         let v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
-                        let y = activate::<N>(v * scale * g, cfg.activation);
+                        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
                         out[out_base + j] = Vector::<E, N>::cast_from(y);
                     }
                 }
@@ -300,7 +334,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                     while j < vecs_per_row {
                         let v = Vector::<f32, N>::cast_from(x[base + j]);
                         let g = Vector::<f32, N>::cast_from(gamma[j]);
-                        let y = activate::<N>(v * scale * g, cfg.activation);
+                        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
                         out[out_base + j] = Vector::<E, N>::cast_from(y);
                         j += lanes;
                     }
@@ -382,6 +416,12 @@ pub fn validate_knobs(
         return bad(format!(
             "rows_per_unit {} must be in 1..=8",
             knobs.rows_per_unit
+        ));
+    }
+    if knobs.fast_math && !props.identity.fingerprint.starts_with("ptx_") {
+        return bad(format!(
+            "fast_math uses PTX instructions and needs a CUDA device (this one: {})",
+            props.identity.fingerprint
         ));
     }
     let cfg = knobs.row_config(problem.channels, Activation::Silu);

@@ -49,6 +49,10 @@ pub struct Knobs {
     /// Upper bound on the number of cubes; each cube loops over row groups with a grid stride
     /// (a persistent grid). `None`: one cube per row group.
     pub max_cubes: Option<u32>,
+    /// SiLU through PTX `ex2.approx` and `rcp.approx` (two special-function instructions per
+    /// element) instead of `expf` and a reciprocal square root. CUDA only; not measured yet,
+    /// so neither the tables nor the heuristic choose it (an experiment for the tuner).
+    pub fast_math: bool,
 }
 
 /// The comptime part of [`Knobs`] plus the activation: what the kernel is specialised on.
@@ -61,6 +65,7 @@ pub struct RowConfig {
     pub lane_reduce: LaneReduce,
     pub gamma: GammaIn,
     pub activation: Activation,
+    pub fast_math: bool,
 }
 
 impl Knobs {
@@ -97,13 +102,15 @@ impl Knobs {
             },
             gamma: if cached { self.gamma } else { GammaIn::Global },
             activation,
+            fast_math: self.fast_math && activation == Activation::Silu,
         }
     }
 }
 
 impl core::fmt::Display for Knobs {
     /// Compact form, also accepted by [`Knobs::parse`]:
-    /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap).
+    /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap; `.fast` appended for
+    /// `fast_math`).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let reduce = match self.lane_reduce {
             LaneReduce::Plane => "plane",
@@ -124,9 +131,13 @@ impl core::fmt::Display for Knobs {
             self.vectors_per_lane
         )?;
         match self.max_cubes {
-            Some(m) => write!(f, "m{m}"),
-            None => write!(f, "m-"),
+            Some(m) => write!(f, "m{m}")?,
+            None => write!(f, "m-")?,
         }
+        if self.fast_math {
+            write!(f, ".fast")?;
+        }
+        Ok(())
     }
 }
 
@@ -140,7 +151,11 @@ impl Knobs {
                  lane>.<plane|shared>.<greg|gsh|gglob>.m<max cubes|->, e.g. v8.l16.r8.u1.c3.plane.greg.m-"
             )
         };
-        let [v, l, r, u, c, reduce, gamma, m] = parts.as_slice() else {
+        let (fields, fast_math) = match parts.as_slice() {
+            [fields @ .., "fast"] if fields.len() == 8 => (fields, true),
+            fields => (fields, false),
+        };
+        let [v, l, r, u, c, reduce, gamma, m] = fields else {
             return Err(bad());
         };
         let num = |s: &str, prefix: char| -> Result<u64, String> {
@@ -169,6 +184,7 @@ impl Knobs {
                 "m-" => None,
                 m => Some(num(m, 'm')? as u32),
             },
+            fast_math,
         })
     }
 }
@@ -188,6 +204,7 @@ mod tests {
             lane_reduce: LaneReduce::Shared,
             gamma: GammaIn::Shared,
             max_cubes: Some(2112),
+            fast_math: false,
         };
         assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));

@@ -194,6 +194,7 @@ pub fn heuristic_knobs(
         lane_reduce,
         gamma: GammaIn::Registers,
         max_cubes,
+        fast_math: false,
     }
 }
 
