@@ -25,7 +25,7 @@ use burn_rmsnorm_silu::kernels::select::{device_sm, out_kind, pick_vector_size};
 use burn_rmsnorm_silu::kernels::timing::{Timer, median};
 use burn_rmsnorm_silu::kernels::{
     Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
-    launch_forward, select_knobs_with_source,
+    launch_forward, select_knobs_with_source, table_derived_knobs,
 };
 use burn_rmsnorm_silu::rms_norm_silu;
 
@@ -306,23 +306,29 @@ fn tune(timer: &mut Timer, args: &Args) {
 /// Heuristic vs tuner-best on shapes outside the table.
 fn fallback(timer: &mut Timer, args: &Args) {
     let client = timer.client.clone();
-    let mut csv = String::from("c,t,heuristic_knobs,heuristic_us,best_knobs,best_us,ratio\n");
+    let mut csv = String::from(
+        "c,t,heuristic_knobs,heuristic_us,table_derived_knobs,table_derived_us,best_knobs,best_us,heuristic_ratio,table_derived_ratio\n",
+    );
     for &channels in &FALLBACK_CHANNELS {
         for &rows in &FALLBACK_TOKENS {
             let b = Buffers::new(timer, rows, channels);
             let h = heuristic_knobs(&client, b.problem, 2, 2, 256);
             let th = time_knobs(timer, &b, &h, 50);
+            let d = table_derived_knobs(&client, b.problem, 2, 2, 256).unwrap_or(h);
+            let td = time_knobs(timer, &b, &d, 50);
             let (best, tb) = tune_shape(timer, &b);
-            let tb = tb.min(th);
+            let tb = tb.min(th).min(td);
             writeln!(
                 csv,
-                "{channels},{rows},{h},{th:.2},{best},{tb:.2},{:.3}",
-                th / tb
+                "{channels},{rows},{h},{th:.2},{d},{td:.2},{best},{tb:.2},{:.3},{:.3}",
+                th / tb,
+                td / tb
             )
             .unwrap();
             println!(
-                "fallback C={channels:5} T={rows:8}: heuristic {h} {th:8.2} us, best {best} {tb:8.2} us, x{:.3}",
-                th / tb
+                "fallback C={channels:5} T={rows:8}: heuristic {h} x{:.3}, table-derived {d} x{:.3}, best {best} {tb:8.2} us",
+                th / tb,
+                td / tb
             );
         }
     }

@@ -443,3 +443,25 @@ fn selection_is_valid_for_every_shape() {
         }
     }
 }
+
+/// The table-derived fallback candidate is valid and correct on shapes outside the table (it
+/// needs a device with a table: CUDA sm_90; elsewhere it is `None`).
+#[test]
+fn table_derived_fallback_is_valid_and_correct() {
+    use rmsnorm_silu_kernels::table_derived_knobs;
+    let device = cube_device();
+    let client = device.client();
+    for channels in [48usize, 200, 768, 1536, 2048, 4096, 33, 1000] {
+        for rows in [1000usize, 50_000] {
+            let problem = RowsProblem::dense(rows, channels);
+            match table_derived_knobs(&client, problem, 2, 2, 256) {
+                Some(k) => check_knobs(k, rows.min(2000), channels, DType::BF16, Activation::Silu),
+                None => assert_ne!(
+                    rmsnorm_silu_kernels::select::device_sm(&client),
+                    Some(90),
+                    "no table-derived knobs for C={channels} on sm_90"
+                ),
+            }
+        }
+    }
+}

@@ -22,7 +22,9 @@ pub mod timing;
 pub use forward::{ForwardError, RowsProblem, launch_forward};
 pub use knobs::{GammaIn, Knobs, LaneReduce};
 pub use params::{Activation, NormParams};
-pub use select::{KnobSource, heuristic_knobs, select_knobs, select_knobs_with_source};
+pub use select::{
+    KnobSource, heuristic_knobs, select_knobs, select_knobs_with_source, table_derived_knobs,
+};
 
 /// Re-exported so downstream crates name the same cubecl.
 pub use cubecl;

@@ -117,6 +117,23 @@ pub fn lookup(sm: u32, channels: usize, rows: usize, out: &str) -> Option<(LutEn
     Some((*best, how))
 }
 
+/// The entry nearest to `(C, T)` for `out` on a log scale in both (C weighted first): the
+/// starting point of [`crate::select::table_derived_knobs`] for widths the table lacks.
+pub fn nearest(sm: u32, channels: usize, rows: usize, out: &str) -> Option<LutEntry> {
+    let table = tables().iter().find(|t| t.sm == sm)?;
+    let log_ratio = |a: usize, b: usize| ((a.max(1) as f64) / (b.max(1) as f64)).ln().abs();
+    table
+        .entries
+        .iter()
+        .filter(|e| e.out == out)
+        .min_by(|a, b| {
+            let key =
+                |e: &LutEntry| 2.0 * log_ratio(e.channels, channels) + log_ratio(e.rows, rows);
+            key(a).total_cmp(&key(b))
+        })
+        .copied()
+}
+
 /// The compute capability x 10 from a cubecl CUDA fingerprint such as `ptx_sm90`.
 pub fn sm_from_fingerprint(fingerprint: &str) -> Option<u32> {
     let digits: String = fingerprint
@@ -159,6 +176,15 @@ mod tests {
         assert_eq!(e.rows, 1560);
         assert!(lookup(100, 257, 1560, "bf16").is_none());
         assert!(lookup(75, 256, 1560, "bf16").is_none());
+    }
+
+    #[test]
+    fn nearest_entry_weighs_c_first() {
+        let e = nearest(100, 200, 50_000, "bf16").unwrap();
+        assert_eq!((e.channels, e.rows), (160, 99840));
+        let e = nearest(100, 8192, 1, "bf16").unwrap();
+        assert_eq!((e.channels, e.rows), (1024, 1560));
+        assert!(nearest(75, 64, 64, "bf16").is_none());
     }
 
     #[test]

@@ -129,6 +129,58 @@ pub const MAX_VECTORS_PER_LANE: usize = 8;
 /// Units per cube the heuristic aims for on a GPU.
 const TARGET_UNITS_PER_CUBE: u32 = 128;
 
+/// A candidate fallback for shapes outside the table, derived from the nearest tuned entry:
+/// its lanes per row, cube shape, rows in flight, gamma placement and occupancy, with the
+/// vector width and register cache recomputed for this C (lanes doubled until at most 16
+/// vectors per lane, shared-memory reduction above a plane). `None` without a table for the
+/// device. Not used by [`select_knobs`] until measured against [`heuristic_knobs`] (the
+/// `fallback` benchmark reports both).
+pub fn table_derived_knobs(
+    client: &Client,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    alignment_bytes: u64,
+) -> Option<Knobs> {
+    let sm = device_sm(client)?;
+    let entry = lut::nearest(sm, problem.channels, problem.rows, out_kind(elem_size))?;
+    let sms = client.properties().hardware.num_streaming_multiprocessors;
+    let base = entry.knobs_for(sms);
+    let vector_size =
+        pick_vector_size(client, problem, elem_size, gamma_elem_size, alignment_bytes);
+    let vecs = problem.channels / vector_size;
+    let units = base.units_per_cube();
+    let mut lanes = base
+        .lanes_per_row
+        .min(vecs.next_power_of_two() as u32)
+        .max(1);
+    while vecs.div_ceil(lanes as usize) * base.rows_per_unit as usize > 16 && lanes < 1024 {
+        lanes *= 2;
+    }
+    let plane = client.properties().hardware.plane_size_min;
+    let k = Knobs {
+        vector_size,
+        lanes_per_row: lanes,
+        rows_per_cube: (units / lanes).max(1),
+        vectors_per_lane: vecs.div_ceil(lanes as usize),
+        lane_reduce: if lanes <= plane {
+            LaneReduce::Plane
+        } else {
+            LaneReduce::Shared
+        },
+        ..base
+    };
+    valid(
+        client,
+        &k,
+        problem,
+        elem_size,
+        gamma_elem_size,
+        alignment_bytes,
+    )
+    .then_some(k)
+}
+
 /// The fallback: a valid, reasonable configuration for every device, C and row count.
 pub fn heuristic_knobs(
     client: &Client,
