@@ -196,24 +196,12 @@ fn every_knob_path_writes_every_element() {
             continue;
         }
         for dtype in [DType::BF16, DType::F32, DType::F16] {
-            let run = std::panic::catch_unwind(|| {
+            record_failure(&mut failures, &format!("case {i}: "), || {
                 check_knobs(k, rows, channels, dtype, Activation::Silu)
             });
-            if let Err(e) = run {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_else(|| "panic".into());
-                failures.push(format!("case {i}: {msg}"));
-            }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }
 
 /// Whatever the heuristic picks for this device is valid and correct, for C from 1 to 600.
@@ -229,22 +217,13 @@ fn selected_knobs_are_valid_and_correct() {
             validate_knobs(&client, &k, problem, &[0, 0, 0], &[elem_size; 3])
                 .unwrap_or_else(|e| panic!("C={channels}: {k:?}: {e}"));
             if channels % 37 == 1 || channels > 600 {
-                let run = std::panic::catch_unwind(|| {
+                record_failure(&mut failures, "", || {
                     check_knobs(k, 3, channels, dtype, Activation::Silu)
                 });
-                if let Err(e) = run {
-                    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
-                    failures.push(msg);
-                }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }
 
 #[test]
@@ -412,17 +391,13 @@ fn lut_configurations_match_the_reference() {
                 continue;
             }
             ran += 1;
-            let run = std::panic::catch_unwind(|| {
+            record_failure(&mut failures, &format!("sm{} {k}: ", table.sm), || {
                 check_knobs(k, 777, e.channels, DType::BF16, Activation::Silu)
             });
-            if let Err(err) = run {
-                let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
-                failures.push(format!("sm{} {k}: {msg}", table.sm));
-            }
         }
     }
     eprintln!("ran {ran} table configurations");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_no_failures(&failures);
 }
 
 /// Selection returns a valid configuration for every C from 1 to 8192 and T from 1 to 10^7.

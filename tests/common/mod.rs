@@ -160,3 +160,26 @@ pub fn assert_close_to_scale(got: &[f64], want: &[f64], rel: f64, what: &str) {
         diff / norm
     );
 }
+
+/// Runs `check`, recording its panic message (prefixed by `label`) instead of unwinding, so a
+/// test over many cases reports every failing case at once (see [`assert_no_failures`]).
+pub fn record_failure(failures: &mut Vec<String>, label: &str, check: impl FnOnce()) {
+    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        failures.push(format!("{label}{msg}"));
+    }
+}
+
+/// Fails with every recorded failure.
+pub fn assert_no_failures(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
