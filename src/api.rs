@@ -88,7 +88,7 @@ pub fn rms_norm_silu_with<const D: usize>(
     gamma: Tensor<1>,
     options: RmsNormSiluOptions,
 ) -> Tensor<D> {
-    let channels = check_arguments(&x, &gamma, &options);
+    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
     let NormParams { eps, floor } = options.norm.params(channels);
     let silu = options.activation == Activation::Silu;
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu(
@@ -101,19 +101,57 @@ pub fn rms_norm_silu_with<const D: usize>(
     Tensor::from_dispatch(out)
 }
 
-/// Panics with a message naming the argument on bad input; returns C.
+/// The op over axis `dim` of `x` instead of the last one: e.g. `dim = 1`, the channel axis of
+/// `[B, C, T, H, W]` (the Wan VAE's norm with [`RmsNormSiluOptions::wan`]). Reads channels-last
+/// memory presented as `[B, C, ...]` (what burn-cubecl convolutions return) and dense
+/// channels-first tensors in place; any other layout is copied first. The output has the
+/// input's layout in both of those cases.
+///
+/// # Panics
+/// As [`rms_norm_silu`], and when `dim >= D`.
+pub fn rms_norm_silu_dim<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    dim: usize,
+    options: RmsNormSiluOptions,
+) -> Tensor<D> {
+    assert!(
+        dim < D,
+        "rms_norm_silu: `dim` must be an axis of `x` (rank {D}), got {dim}"
+    );
+    let channels = check_arguments(&x, &gamma, dim, &options);
+    let NormParams { eps, floor } = options.norm.params(channels);
+    let silu = options.activation == Activation::Silu;
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_dim(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        dim,
+        eps,
+        floor,
+        silu,
+    );
+    Tensor::from_dispatch(out)
+}
+
+/// Panics with a message naming the argument on bad input; returns C (the length of `dim`).
 fn check_arguments<const D: usize>(
     x: &Tensor<D>,
     gamma: &Tensor<1>,
+    dim: usize,
     options: &RmsNormSiluOptions,
 ) -> usize {
     assert!(D >= 1, "rms_norm_silu: `x` must have rank >= 1");
     let dims = x.dims();
-    let channels = dims[D - 1];
+    let channels = dims[dim];
     let [gamma_len] = gamma.dims();
+    let axis = if dim + 1 == D {
+        "the last axis".to_string()
+    } else {
+        format!("axis {dim}")
+    };
     assert!(
         gamma_len == channels,
-        "rms_norm_silu: `gamma` must have length C = {channels} (the last axis of `x`, shape \
+        "rms_norm_silu: `gamma` must have length C = {channels} ({axis} of `x`, shape \
          {dims:?}), got {gamma_len}"
     );
     let eps = options.norm.eps();

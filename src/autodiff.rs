@@ -7,7 +7,7 @@ use burn::backend::autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
-use burn::backend::{Backend, tensor::FloatTensor};
+use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
 use crate::backend::RmsNormSiluBackend;
 use crate::composed;
@@ -15,11 +15,12 @@ use crate::composed;
 #[derive(Debug)]
 struct RmsNormSiluBackward;
 
-/// What the backward needs: the inputs (inner-backend primitives) and the scalars.
+/// What the backward needs: the inputs (inner-backend primitives), the axis and the scalars.
 #[derive(Clone, Debug)]
 struct SavedInputs<B: Backend> {
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
+    dim: usize,
     eps: f32,
     floor: f32,
     silu: bool,
@@ -32,12 +33,13 @@ impl<B: Backend> Backward<B, 2> for RmsNormSiluBackward {
         let SavedInputs {
             x,
             gamma,
+            dim,
             eps,
             floor,
             silu,
         } = ops.state;
         let dy = grads.consume::<B>(&ops.node);
-        let (dx, dgamma) = composed::backward::<B>(x, gamma, dy, eps, floor, silu);
+        let (dx, dgamma) = composed::backward_dim::<B>(x, gamma, dy, dim, eps, floor, silu);
         let [x_parent, gamma_parent] = ops.parents;
         if let Some(node) = x_parent {
             grads.register::<B>(node.id, dx);
@@ -56,8 +58,21 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
         floor: f32,
         silu: bool,
     ) -> FloatTensor<Self> {
+        let last = x.shape().num_dims() - 1;
+        Self::rms_norm_silu_dim(x, gamma, last, eps, floor, silu)
+    }
+
+    fn rms_norm_silu_dim(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        dim: usize,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> FloatTensor<Self> {
         let (x, x_node) = x.into_parts();
         let (gamma, gamma_node) = gamma.into_parts();
+        let run = |x, gamma| B::rms_norm_silu_dim(x, gamma, dim, eps, floor, silu);
         match RmsNormSiluBackward
             .prepare::<C>([x_node, gamma_node])
             .compute_bound()
@@ -67,13 +82,14 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
                 let saved = SavedInputs {
                     x: x.clone(),
                     gamma: gamma.clone(),
+                    dim,
                     eps,
                     floor,
                     silu,
                 };
-                prep.finish(saved, B::rms_norm_silu(x, gamma, eps, floor, silu))
+                prep.finish(saved, run(x, gamma))
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::rms_norm_silu(x, gamma, eps, floor, silu)),
+            OpsKind::UnTracked(prep) => prep.finish(run(x, gamma)),
         }
     }
 }

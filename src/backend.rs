@@ -31,6 +31,20 @@ pub trait RmsNormSiluBackend: Backend {
     ) -> FloatTensor<Self> {
         crate::composed::forward::<Self>(x, gamma, eps, floor, silu)
     }
+
+    /// The same normalisation over axis `dim` of `x` (e.g. the channel axis 1 of
+    /// `[B, C, T, H, W]`); the output has the shape and dtype of `x`.
+    #[fusion(dtype = x, shape = x)]
+    fn rms_norm_silu_dim(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        dim: usize,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> FloatTensor<Self> {
+        crate::composed::forward_dim::<Self>(x, gamma, dim, eps, floor, silu)
+    }
 }
 
 impl RmsNormSiluBackend for burn::backend::Flex {}

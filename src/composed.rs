@@ -84,6 +84,48 @@ pub fn forward<B: Backend>(
     B::float_reshape(B::float_cast(y, dtype), shape)
 }
 
+/// [`forward`] over axis `dim`: the axis is swapped to the end, normalised, swapped back.
+pub fn forward_dim<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    dim: usize,
+    eps: f32,
+    floor: f32,
+    silu: bool,
+) -> FloatTensor<B> {
+    let last = x.shape().num_dims() - 1;
+    if dim == last {
+        return forward::<B>(x, gamma, eps, floor, silu);
+    }
+    let y = forward::<B>(B::float_swap_dims(x, dim, last), gamma, eps, floor, silu);
+    B::float_swap_dims(y, dim, last)
+}
+
+/// [`backward`] over axis `dim`.
+pub fn backward_dim<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    dy: FloatTensor<B>,
+    dim: usize,
+    eps: f32,
+    floor: f32,
+    silu: bool,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let last = x.shape().num_dims() - 1;
+    if dim == last {
+        return backward::<B>(x, gamma, dy, eps, floor, silu);
+    }
+    let (dx, dgamma) = backward::<B>(
+        B::float_swap_dims(x, dim, last),
+        gamma,
+        B::float_swap_dims(dy, dim, last),
+        eps,
+        floor,
+        silu,
+    );
+    (B::float_swap_dims(dx, dim, last), dgamma)
+}
+
 /// Gradients of the op with respect to `x` (shape and dtype of `x`) and `gamma` (shape and dtype
 /// of `gamma`), given the output gradient `dy`.
 ///

@@ -6,6 +6,7 @@ use burn_cubecl::{
     CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
     tensor::CubeTensor,
 };
+use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, launch_forward, select_knobs};
 
@@ -26,6 +27,83 @@ impl RmsNormSiluBackend for CubeBackend {
         };
         forward(x, gamma, NormParams { eps, floor }, activation)
     }
+
+    fn rms_norm_silu_dim(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        dim: usize,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> CubeTensor {
+        let activation = if silu {
+            Activation::Silu
+        } else {
+            Activation::Identity
+        };
+        forward_dim(x, gamma, dim, NormParams { eps, floor }, activation)
+    }
+}
+
+/// Normalises over axis `dim` without moving data where the layout allows:
+/// - the axis is contiguous and the other axes are rows of one pitch (channels-last memory
+///   presented as `[B, C, ...]`, what burn-cubecl convolutions return): the row kernel, output
+///   in the same channels-last order;
+/// - a dense channels-first tensor (`[B, C, S...]` row-major): the channels kernel, output
+///   dense channels-first;
+/// - any other layout: copied to dense channels-first first (documented copy).
+pub fn forward_dim(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> CubeTensor {
+    let rank = x.meta.num_dims();
+    if dim + 1 == rank {
+        return forward(x, gamma, norm, activation);
+    }
+    // Move `dim` last in the metadata only, and see whether that is a row layout.
+    let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
+    let mut inverse = vec![0; rank];
+    for (i, &a) in axes.iter().enumerate() {
+        inverse[a] = i;
+    }
+    if !x.meta.is_tiled() {
+        let mut moved = x.clone();
+        if moved.meta.permute(&axes).is_ok()
+            && row_pitch(moved.meta.shape(), moved.meta.strides()).is_some()
+        {
+            let mut out = forward(moved, gamma, norm, activation);
+            out.meta
+                .permute(&inverse)
+                .expect("the inverse of a permutation is a permutation");
+            return out;
+        }
+    }
+    let shape = x.shape();
+    let x_type = elem_type(x.dtype, "x");
+    let gamma_type = elem_type(gamma.dtype, "gamma");
+    let x = into_contiguous(x);
+    let gamma = into_contiguous(gamma);
+    let out =
+        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape.clone(), x.dtype);
+    let batches: usize = (0..dim).map(|d| shape[d]).product();
+    let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
+    let problem = ChannelsProblem::dense(batches, shape[dim], positions);
+    launch_channels(
+        &x.client,
+        x.handle.clone(),
+        gamma.handle.clone(),
+        out.handle.clone(),
+        x_type,
+        gamma_type,
+        problem,
+        norm,
+        activation,
+    )
+    .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
+    out
 }
 
 /// The cubecl element type of a float dtype the kernel accepts.

@@ -25,7 +25,7 @@ pub mod composed;
 pub mod cube;
 pub mod module;
 
-pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_with};
+pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_with};
 pub use backend::RmsNormSiluBackend;
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use rmsnorm_silu_kernels as kernels;

@@ -11,6 +11,7 @@
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos.
 
+pub mod channels;
 pub mod forward;
 pub mod knobs;
 pub mod lut;

@@ -1,0 +1,235 @@
+//! The op over the channel axis (dim 1) of `[B, C, ...]`: dense channels-first tensors,
+//! channels-last memory presented through strides, and other layouts (copied).
+
+use burn::tensor::{DType, Device, Tensor, s};
+use burn_rmsnorm_silu::{Activation, Norm, RmsNormSiluOptions, rms_norm_silu_dim};
+use rmsnorm_silu_kernels::NormParams;
+
+use crate::common::*;
+
+/// The reference over axis `dim` of row-major `values` of `shape`.
+fn reference_dim(
+    values: &[f64],
+    shape: &[usize],
+    dim: usize,
+    gamma: &[f64],
+    norm: NormParams,
+    activation: Activation,
+) -> Vec<f64> {
+    let channels = shape[dim];
+    let outer: usize = shape[..dim].iter().product();
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut out = vec![0.0; values.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |c: usize| (o * channels + c) * inner + i;
+            let row: Vec<f64> = (0..channels).map(|c| values[at(c)]).collect();
+            let y = reference(&row, gamma, norm, activation);
+            for c in 0..channels {
+                out[at(c)] = y[c];
+            }
+        }
+    }
+    out
+}
+
+fn check<const D: usize>(
+    x: Tensor<D>,
+    gamma: &[f64],
+    options: RmsNormSiluOptions,
+    tol: f64,
+    what: &str,
+) {
+    let shape = x.dims().to_vec();
+    let device = x.device();
+    let dtype = x.dtype();
+    let xs = values(x.clone());
+    let want = reference_dim(
+        &xs,
+        &shape,
+        1,
+        gamma,
+        options.norm.params(shape[1]),
+        options.activation,
+    );
+    let y = rms_norm_silu_dim(
+        x,
+        tensor(gamma, [gamma.len()], DType::F32, &device),
+        1,
+        options,
+    );
+    assert_eq!(y.dims().to_vec(), shape, "{what}: shape");
+    assert_eq!(y.dtype(), dtype, "{what}: dtype");
+    assert_close(&values(y), &want, tol, tol, what);
+}
+
+#[test]
+fn dense_channels_first_ranks_three_to_five() {
+    let device = device();
+    let mut rng = rng("channels_first");
+    for shape in [
+        vec![2, 3, 2, 5, 7],
+        vec![1, 96, 1, 1, 1],
+        vec![2, 96, 5, 7],
+        vec![3, 16, 9],
+        vec![1, 384, 1, 6, 10],
+    ] {
+        let n: usize = shape.iter().product();
+        let channels = shape[1];
+        let x = round_to(&randn(&mut rng, n), DType::F32);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
+        let options = RmsNormSiluOptions::rms(1e-5);
+        let what = format!("channels-first {shape:?}");
+        match shape.len() {
+            3 => check(
+                tensor::<3>(&x, [shape[0], shape[1], shape[2]], DType::F32, &device),
+                &gamma,
+                options,
+                1e-5,
+                &what,
+            ),
+            4 => check(
+                tensor::<4>(
+                    &x,
+                    [shape[0], shape[1], shape[2], shape[3]],
+                    DType::F32,
+                    &device,
+                ),
+                &gamma,
+                options,
+                1e-5,
+                &what,
+            ),
+            _ => check(
+                tensor::<5>(
+                    &x,
+                    [shape[0], shape[1], shape[2], shape[3], shape[4]],
+                    DType::F32,
+                    &device,
+                ),
+                &gamma,
+                options,
+                1e-5,
+                &what,
+            ),
+        }
+    }
+}
+
+/// Channels-last memory (`[B, T, H, W, C]` contiguous) presented as `[B, C, T, H, W]`.
+#[test]
+fn channels_last_memory_through_strides() {
+    let device = device();
+    let mut rng = rng("channels_last");
+    for (b, t, h, w, c) in [(1, 2, 5, 7, 96), (2, 1, 1, 1, 3), (1, 3, 4, 4, 160)] {
+        let x = round_to(&randn(&mut rng, b * t * h * w * c), DType::BF16);
+        let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), DType::F32);
+        let ndhwc = tensor::<5>(&x, [b, t, h, w, c], DType::BF16, &device);
+        let ncdhw = ndhwc.permute([0, 4, 1, 2, 3]);
+        for options in [
+            RmsNormSiluOptions::rms(1e-6),
+            RmsNormSiluOptions::wan().with_activation(Activation::Identity),
+        ] {
+            check(
+                ncdhw.clone(),
+                &gamma,
+                options,
+                2e-2,
+                &format!("channels-last C={c}"),
+            );
+        }
+    }
+}
+
+/// A non-contiguous slice along T (neither dense layout): correct through a copy.
+#[test]
+fn strided_slice_is_correct() {
+    let device = device();
+    let mut rng = rng("slice");
+    let x = round_to(&randn(&mut rng, 2 * 8 * 6 * 5), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, 8, 0.5, 2.0), DType::F32);
+    let sliced = tensor::<4>(&x, [2, 8, 6, 5], DType::F32, &device).slice(s![.., .., 1..4, ..]);
+    check(sliced, &gamma, RmsNormSiluOptions::wan(), 1e-5, "sliced");
+}
+
+#[test]
+fn composed_backends_over_dim_one() {
+    let mut rng = rng("channels composed");
+    let x = round_to(&randn(&mut rng, 2 * 5 * 3 * 4), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, 5, 0.5, 2.0), DType::F32);
+    #[allow(deprecated)]
+    for device in [Device::flex(), Device::ndarray()] {
+        let t = tensor::<4>(&x, [2, 5, 3, 4], DType::F32, &device);
+        check(
+            t,
+            &gamma,
+            RmsNormSiluOptions::rms(1e-5),
+            1e-5,
+            &format!("{device:?}"),
+        );
+    }
+}
+
+/// Gradients over dim 1 against Burn's autodiff of the composition.
+#[test]
+fn gradients_over_the_channel_axis() {
+    let device = device().autodiff();
+    let mut rng = rng("channels grad");
+    let shape = [2, 6, 3, 4];
+    let n: usize = shape.iter().product();
+    let x = round_to(&randn(&mut rng, n), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, 6, 0.5, 2.0), DType::F32);
+    let w = round_to(&randn(&mut rng, n), DType::F32);
+    let options = RmsNormSiluOptions::rms(1e-5);
+    let run = |fused: bool| {
+        let xt = tensor::<4>(&x, shape, DType::F32, &device).require_grad();
+        let gt = tensor::<1>(&gamma, [6], DType::F32, &device).require_grad();
+        let y = if fused {
+            rms_norm_silu_dim(xt.clone(), gt.clone(), 1, options)
+        } else {
+            let ms = xt.clone().square().mean_dim(1) + 1e-5;
+            let g = gt.clone().reshape([1, 6, 1, 1]);
+            burn::tensor::activation::silu(xt.clone() / ms.sqrt() * g)
+        };
+        let grads = (y * tensor::<4>(&w, shape, DType::F32, &device))
+            .sum()
+            .backward();
+        (
+            values(xt.grad(&grads).unwrap()),
+            values(gt.grad(&grads).unwrap()),
+        )
+    };
+    let (dx, dg) = run(true);
+    let (dx_ref, dg_ref) = run(false);
+    assert_close_to_scale(&dx, &dx_ref, 1e-5, "dx over dim 1");
+    assert_close_to_scale(&dg, &dg_ref, 1e-5, "dgamma over dim 1");
+}
+
+#[test]
+#[should_panic(expected = "`dim` must be an axis of `x` (rank 3), got 3")]
+fn dim_out_of_range() {
+    let device = device();
+    let x = tensor::<3>(&[1.0; 24], [2, 3, 4], DType::F32, &device);
+    let _ = rms_norm_silu_dim(
+        x,
+        tensor(&[1.0; 3], [3], DType::F32, &device),
+        3,
+        RmsNormSiluOptions::rms(1e-6),
+    );
+}
+
+#[test]
+#[should_panic(expected = "`gamma` must have length C = 3 (axis 1 of `x`, shape [2, 3, 4]), got 4")]
+fn gamma_must_match_the_axis() {
+    let device = device();
+    let x = tensor::<3>(&[1.0; 24], [2, 3, 4], DType::F32, &device);
+    let _ = rms_norm_silu_dim(
+        x,
+        tensor(&[1.0; 4], [4], DType::F32, &device),
+        1,
+        RmsNormSiluOptions {
+            norm: Norm::WAN,
+            activation: Activation::Silu,
+        },
+    );
+}
