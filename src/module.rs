@@ -5,7 +5,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 
 use crate::Activation;
-use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_with};
+use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_dim, rms_norm_silu_with};
 
 /// Configuration of [`RmsNormSilu`].
 #[derive(Config, Debug)]
@@ -15,6 +15,10 @@ pub struct RmsNormSiluConfig {
     /// Added to the mean of squares under the root. Default: 1e-5 (as `burn::nn::RmsNorm`).
     #[config(default = 1e-5)]
     pub epsilon: f64,
+    /// The normalised axis; `None` (default) is the last one. `Some(1)` is the channel axis
+    /// of `[B, C, T, H, W]` (see [`crate::rms_norm_silu_dim`]).
+    #[config(default = "None")]
+    pub dim: Option<usize>,
 }
 
 impl RmsNormSiluConfig {
@@ -31,6 +35,7 @@ impl RmsNormSiluConfig {
         RmsNormSilu {
             gamma: Param::from_tensor(Tensor::ones([self.d_model], device)),
             epsilon: self.epsilon,
+            dim: self.dim,
         }
     }
 }
@@ -42,20 +47,23 @@ pub struct RmsNormSilu {
     pub gamma: Param<Tensor<1>>,
     /// Added to the mean of squares under the root.
     pub epsilon: f64,
+    /// The normalised axis; `None` is the last one.
+    pub dim: Option<usize>,
 }
 
 impl RmsNormSilu {
-    /// Applies the fused op; input `[..., d_model]`, output of the same shape and dtype.
+    /// Applies the fused op over `dim` (default: the last axis, `[..., d_model]`); the output
+    /// has the shape and dtype of the input.
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        rms_norm_silu_with(
-            x,
-            self.gamma.val(),
-            RmsNormSiluOptions {
-                norm: Norm::Rms {
-                    eps: self.epsilon as f32,
-                },
-                activation: Activation::Silu,
+        let options = RmsNormSiluOptions {
+            norm: Norm::Rms {
+                eps: self.epsilon as f32,
             },
-        )
+            activation: Activation::Silu,
+        };
+        match self.dim {
+            Some(dim) => rms_norm_silu_dim(x, self.gamma.val(), dim, options),
+            None => rms_norm_silu_with(x, self.gamma.val(), options),
+        }
     }
 }

@@ -43,3 +43,36 @@ fn module_forward_and_record_round_trip() {
     );
     assert_close(&values(same), &want, 1e-6, 1e-5, "loaded module");
 }
+
+/// The module over the channel axis of `[B, C, H, W]`.
+#[test]
+fn module_over_the_channel_axis() {
+    let device = device();
+    let mut rng = rng("module dim");
+    let x = round_to(&randn(&mut rng, 2 * 8 * 3 * 3), DType::F32);
+    let module = RmsNormSiluConfig::new(8)
+        .with_dim(Some(1))
+        .with_epsilon(1e-6)
+        .init(&device);
+    let y = module.forward(tensor::<4>(&x, [2, 8, 3, 3], DType::F32, &device));
+    // Reference: move C last on the host.
+    let mut rows = Vec::new();
+    for b in 0..2 {
+        for p in 0..9 {
+            rows.extend((0..8).map(|c| x[(b * 8 + c) * 9 + p]));
+        }
+    }
+    let want_rows = reference(&rows, &[1.0; 8], NormParams::rms(1e-6), Activation::Silu);
+    let got = values(y);
+    for b in 0..2 {
+        for p in 0..9 {
+            for c in 0..8 {
+                let (g, w) = (got[(b * 8 + c) * 9 + p], want_rows[(b * 9 + p) * 8 + c]);
+                assert!(
+                    (g - w).abs() <= 1e-6 + 1e-5 * w.abs(),
+                    "b{b} c{c} p{p}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
