@@ -4,6 +4,7 @@
 //! cargo bench --bench rmsnorm                  # bench: the 55 tuned shapes + fallback shapes
 //! cargo bench --bench rmsnorm -- tune          # sweep knobs per shape, write kernels/lut/sm<NN>.txt
 //! cargo bench --bench rmsnorm -- fallback      # heuristic vs best knobs on shapes outside the LUT
+//! cargo bench --bench rmsnorm -- channels      # the Wan VAE's channel-axis shapes, both layouts
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //! ```
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
@@ -57,7 +58,7 @@ fn args() -> Args {
         mode: raw
             .iter()
             .find(|a| !a.starts_with("--"))
-            .filter(|a| ["bench", "tune", "fallback"].contains(&a.as_str()))
+            .filter(|a| ["bench", "tune", "fallback", "channels"].contains(&a.as_str()))
             .cloned()
             .unwrap_or_else(|| "bench".into()),
         out: value("--out").unwrap_or_else(|| "target/bench".into()),
@@ -335,6 +336,68 @@ fn fallback(timer: &mut Timer, args: &Args) {
     write_file(args, "fallback.csv", &csv);
 }
 
+/// The Wan VAE decoder's channel-axis shapes `[B, C, T, H, W]`, normalised over C in both
+/// physical layouts: dense channels-first (the channels kernel) and channels-last memory (the
+/// row kernel over B*T*H*W rows), each against a same-bytes copy in the same run.
+fn channels(timer: &mut Timer, args: &Args) {
+    use burn_rmsnorm_silu::kernels::channels::{ChannelsProblem, launch_channels};
+    let client = timer.client.clone();
+    let shapes = [
+        [1usize, 96, 4, 480, 832],
+        [1, 192, 4, 240, 416],
+        [1, 384, 1, 60, 104],
+    ];
+    let mut csv = String::from("shape,layout,kernel_us,copy_us,ratio_to_copy,gbps\n");
+    for shape in shapes {
+        let [b, c, t, h, w] = shape;
+        let positions = t * h * w;
+        let n = b * c * positions;
+        let x = timer.random(BF16, n, -5.0, 20.0);
+        let gamma = timer.random(BF16, c, 0.5, 1.5);
+        let out = client.empty(n * 2);
+        let eps = 1e-6 / c as f32;
+        let copy = median(&timer.time(2, 50, || timer.copy(&x, &out, n * 2)));
+        let first = median(&timer.time(2, 50, || {
+            launch_channels(
+                &client,
+                x.clone(),
+                gamma.clone(),
+                out.clone(),
+                BF16,
+                BF16,
+                ChannelsProblem::dense(b, c, positions),
+                NormParams::rms(eps),
+                Activation::Silu,
+            )
+            .expect("launch")
+        }));
+        let rows = Buffers {
+            x: x.clone(),
+            gamma: gamma.clone(),
+            out: out.clone(),
+            problem: RowsProblem::dense(b * positions, c),
+        };
+        let (knobs, _) = select_knobs_with_source(&client, rows.problem, 2, 2, 256);
+        let last = time_knobs(timer, &rows, &knobs, 50);
+        let bytes = (n * 4 + c * 2) as f64;
+        for (layout, k) in [("channels-first", first), ("channels-last", last)] {
+            writeln!(
+                csv,
+                "{shape:?},{layout},{k:.2},{copy:.2},{:.3},{:.1}",
+                k / copy,
+                bytes / k / 1e3
+            )
+            .unwrap();
+            println!(
+                "{shape:?} {layout:>14}: {k:9.2} us, copy {copy:9.2} us, x{:.3}, {:.0} GB/s",
+                k / copy,
+                bytes / k / 1e3
+            );
+        }
+    }
+    write_file(args, "channels.csv", &csv.replace(", ", "x"));
+}
+
 fn write_file(args: &Args, name: &str, text: &str) {
     std::fs::create_dir_all(&args.out).expect("create the output folder");
     let path = format!("{}/{name}", args.out);
@@ -458,6 +521,7 @@ fn main() {
     match args.mode.as_str() {
         "tune" => tune(&mut timer, &args),
         "fallback" => fallback(&mut timer, &args),
+        "channels" => channels(&mut timer, &args),
         _ => bench(&mut timer, &device, &args),
     }
 }

@@ -1,9 +1,12 @@
 """torch eager and torch.compile on the benchmark shapes, for side-by-side numbers.
 
 Run on the GPU machine (its python has torch and triton):
-    python3 benches/torch_compare.py --out DIR [--quick]
-Writes DIR/torch.csv: c,t,eager_us,compile_us,torch_copy_us (medians from
-triton.testing.do_bench, which flushes the L2 between runs; bf16 in and out).
+    python3 benches/torch_compare.py --out DIR [--quick]      # [T, C] rows -> DIR/torch.csv
+    python3 benches/torch_compare.py --out DIR --channels     # Wan [B, C, T, H, W] -> DIR/torch_channels.csv
+torch.csv: c,t,eager_us,compile_us,torch_copy_us; torch_channels.csv: shape,layout,eager_us,
+compile_us,torch_copy_us (medians from triton.testing.do_bench, which flushes the L2 between
+runs; bf16 in and out). The channel-axis op is the Wan VAE's own chain,
+F.normalize(x, dim=1) * sqrt(C) * gamma then SiLU, in both memory formats.
 """
 import argparse
 import csv
@@ -26,12 +29,46 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def wan_norm_silu(x, gamma):
+    c = x.shape[1]
+    y = torch.nn.functional.normalize(x.float(), dim=1) * (c ** 0.5) * gamma.float().view(1, c, 1, 1, 1)
+    return torch.nn.functional.silu(y).to(x.dtype)
+
+
+def channels(out_dir):
+    rows = []
+    for shape in [(1, 96, 4, 480, 832), (1, 192, 4, 240, 416), (1, 384, 1, 60, 104)]:
+        for layout in ["channels_first", "channels_last"]:
+            x = (torch.randn(*shape, device="cuda") * 5 + 5).to(torch.bfloat16)
+            if layout == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last_3d)
+            gamma = (torch.rand(shape[1], device="cuda") * 1.5 + 0.5).to(torch.bfloat16)
+            out = torch.empty_like(x)
+            eager = bench(lambda: wan_norm_silu(x, gamma))
+            torch._dynamo.reset()
+            compiled = torch.compile(wan_norm_silu, dynamic=False)
+            compiled(x, gamma)
+            comp = bench(lambda: compiled(x, gamma))
+            copy = bench(lambda: out.copy_(x))
+            name = "x".join(str(d) for d in shape)
+            rows.append([name, layout, f"{eager:.2f}", f"{comp:.2f}", f"{copy:.2f}"])
+            print(f"{name} {layout:>15}: eager {eager:9.2f} us  compile {comp:9.2f} us  copy {copy:9.2f} us", flush=True)
+            with open(os.path.join(out_dir, "torch_channels.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["shape", "layout", "eager_us", "compile_us", "torch_copy_us"])
+                w.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="target/bench")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--channels", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.channels:
+        channels(args.out)
+        return
     rows = []
     tokens = TOKENS[:2] if args.quick else TOKENS
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
