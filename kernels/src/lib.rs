@@ -9,9 +9,12 @@
 //!   per-architecture table ([`lut`]), a heuristic valid everywhere;
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
-//! - [`reference`]: an f64 host reference of the same function, for tests and demos.
+//! - [`channels`]: the channels-first kernel (normalise over C at stride S);
+//! - [`reference`]: an f64 host reference of the same function, for tests and demos;
+//! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
 pub mod channels;
+pub mod formats;
 pub mod forward;
 pub mod knobs;
 pub mod lut;
