@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call that measures everything (fits the 10-minute limit; each step has its own
+# timeout, and every step writes its results under $OUT as it goes):
+#   1. the CUDA test suite (including the large ignored cases),
+#   2. the tuner (writes sm90.txt: copy it to kernels/lut/ and commit),
+#   3. the fallback comparison, 4. the channel-axis shapes, 5. the benchmark table,
+#   6. torch eager / torch.compile for the rows and the channel-axis shapes.
+# Here first: scripts/gpu-pack.sh tests bench   (then carry gpu/tests.xz and gpu/bench.xz).
+# On the device: bash scripts/gpu-session.sh [steps...]   (default: all; e.g. "tests bench")
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu/out}
+mkdir -p "$out"
+for f in gpu/*.xz; do xz -dkf "$f"; done
+chmod +x gpu/tests gpu/bench 2>/dev/null
+export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests tune fallback channels bench torch)
+for step in "${steps[@]}"; do
+    start=$(date +%s)
+    case "$step" in
+        tests) RMSNORM_TEST_DEVICE=cuda timeout 200 ./gpu/tests --include-ignored --test-threads=4 \
+                   > "$out/tests.log" 2>&1 ;;
+        tune) timeout 240 ./gpu/bench tune --lut "$out/sm90.txt" --out "$out" > "$out/tune.log" 2>&1 ;;
+        fallback) timeout 150 ./gpu/bench fallback --out "$out" > "$out/fallback.log" 2>&1 ;;
+        channels) timeout 60 ./gpu/bench channels --out "$out" > "$out/channels.log" 2>&1 ;;
+        bench) timeout 150 ./gpu/bench bench --out "$out" > "$out/bench.log" 2>&1 ;;
+        torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
+               timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
+        *) echo "unknown step $step"; continue ;;
+    esac
+    echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
+done
+grep -hE "test result|FAILED" "$out/tests.log" 2>/dev/null
+tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
