@@ -9,7 +9,9 @@
 # On the device: bash scripts/gpu-session.sh [steps...]   (default: all; e.g. "tests bench")
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-gpu/out}
+# Results go to gpu/out and are packed into one $OUT/results.tgz at the end (the device tool
+# brings back at most 8 files).
+out=gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
 chmod +x gpu/tests gpu/bench 2>/dev/null
@@ -31,5 +33,6 @@ for step in "${steps[@]}"; do
     esac
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
 done
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" -C gpu out; fi
 grep -hE "test result|FAILED" "$out/tests.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
