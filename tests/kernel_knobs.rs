@@ -13,7 +13,7 @@ use rmsnorm_silu_kernels::{
 
 use crate::common::*;
 
-fn cube_device() -> CubeDevice {
+pub fn cube_device() -> CubeDevice {
     match device().as_dispatch() {
         DispatchDevice::Cube(d) => d.clone(),
         other => panic!("kernel tests need a CubeCL device, got {other:?}"),
@@ -22,7 +22,7 @@ fn cube_device() -> CubeDevice {
 
 /// A dense (unpitched) device tensor: uploads may pitch rows on CUDA, and `launch_forward`
 /// takes raw buffers.
-fn upload(values: &[f64], shape: Vec<usize>, dtype: DType, device: &CubeDevice) -> CubeTensor {
+pub fn upload(values: &[f64], shape: Vec<usize>, dtype: DType, device: &CubeDevice) -> CubeTensor {
     let t = into_contiguous(CubeBackend::float_from_data(
         data(values, shape, dtype),
         device,
@@ -38,7 +38,7 @@ fn download(t: CubeTensor) -> Vec<f64> {
         .collect()
 }
 
-fn elem(dtype: DType) -> ElemType {
+pub fn elem(dtype: DType) -> ElemType {
     match dtype {
         DType::BF16 => ElemType::Float(FloatKind::BF16),
         DType::F16 => ElemType::Float(FloatKind::F16),

@@ -11,6 +11,7 @@ mod channels;
 mod edge_cases;
 mod errors;
 mod forward;
+mod fp8;
 mod fusion;
 mod kernel_knobs;
 mod module;

@@ -72,9 +72,10 @@ fn main() {
         (),
         (),
         (),
+        (),
         knobs.vector_size,
         cfg,
-        [bf16, bf16],
+        [bf16, bf16, bf16],
     );
     let source = CppCompiler::<Cuda>::default()
         .compile(kernel.define(), &CompilationOptions::default())

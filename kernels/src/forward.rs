@@ -13,7 +13,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
-use crate::params::{Activation, NormParams};
+use crate::params::{Activation, NormParams, Output};
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
 /// element `r * x_row_stride`, row `r` of the output at `r * out_row_stride` (both `>= channels`;
@@ -161,6 +161,25 @@ fn activate<N: Size>(
 
 const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
+/// The value written for `y`: `y` in the output dtype, or the saturated FP8 code of
+/// `y * out_scale` (a NaN passes the clamp and stays NaN).
+#[cube]
+fn encode<O: Float, N: Size>(
+    y: Vector<f32, N>,
+    out_scale: f32,
+    #[comptime] output: Output,
+) -> Vector<O, N> {
+    let mut v = y;
+    if comptime![output == Output::Fp8E4M3] {
+        let hi = Vector::<f32, N>::new(448.0f32);
+        let lo = Vector::<f32, N>::new(-448.0f32);
+        v = y * Vector::new(out_scale);
+        v = select_many(v.greater_than(&hi), hi, v);
+        v = select_many(v.less_than(&lo), lo, v);
+    }
+    Vector::<O, N>::cast_from(v)
+}
+
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
 fn ptx_ex2_approx(x: f32) -> f32 {
@@ -185,10 +204,10 @@ fn ptx_rcp_approx(x: f32) -> f32 {
 /// reductions so that `rows_per_unit` rows are in flight per unit.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
+pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
     x: &[Vector<E, N>],
     gamma: &[Vector<G, N>],
-    out: &mut [Vector<E, N>],
+    out: &mut [Vector<O, N>],
     rows: usize,
     vecs_per_row: usize,
     x_row_stride: usize,
@@ -196,8 +215,9 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
     inv_channels: f32,
     eps: f32,
     floor: f32,
+    out_scale: f32,
     #[comptime] cfg: RowConfig,
-    #[define(E, G)] _types: [ElemType; 2],
+    #[define(E, G, O)] _types: [ElemType; 3],
 ) {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
@@ -296,7 +316,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                         }
                         let v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
                         let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-                        out[out_base + j] = Vector::<E, N>::cast_from(y);
+                        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
                     }
                 }
             }
@@ -335,7 +355,7 @@ pub fn rms_norm_rows<E: Float, G: Float, N: Size>(
                         let v = Vector::<f32, N>::cast_from(x[base + j]);
                         let g = Vector::<f32, N>::cast_from(gamma[j]);
                         let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-                        out[out_base + j] = Vector::<E, N>::cast_from(y);
+                        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
                         j += lanes;
                     }
                 }
@@ -461,6 +481,69 @@ pub fn launch_forward(
     activation: Activation,
     knobs: &Knobs,
 ) -> Result<(), ForwardError> {
+    let target = OutputTarget {
+        handle: out,
+        kind: Output::Input,
+        elem: x_type,
+        scale: 1.0,
+    };
+    launch_rows(
+        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
+    )
+}
+
+/// Where and how the row kernel writes.
+#[derive(Clone, Debug)]
+pub struct OutputTarget {
+    pub handle: Handle,
+    pub kind: Output,
+    /// The output element type (`x`'s for [`Output::Input`], `e4m3` for FP8).
+    pub elem: ElemType,
+    /// The FP8 quantisation scale (`q = sat(y * scale)`); ignored for [`Output::Input`].
+    pub scale: f32,
+}
+
+/// [`launch_forward`] with an FP8 E4M3 output: `out` receives `rows * channels` bytes
+/// `q = sat_RN_e4m3(y * scale)`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_forward_fp8(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    out: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+    norm: NormParams,
+    activation: Activation,
+    scale: f32,
+    knobs: &Knobs,
+) -> Result<(), ForwardError> {
+    let target = OutputTarget {
+        handle: out,
+        kind: Output::Fp8E4M3,
+        elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
+        scale,
+    };
+    launch_rows(
+        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_rows(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    target: OutputTarget,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+    norm: NormParams,
+    activation: Activation,
+    knobs: &Knobs,
+) -> Result<(), ForwardError> {
+    let out = target.handle;
     let RowsProblem {
         rows,
         channels,
@@ -475,11 +558,11 @@ pub fn launch_forward(
         gamma.offset_start.unwrap_or(0),
         out.offset_start.unwrap_or(0),
     ];
-    let sizes = [x_type.size(), gamma_type.size(), x_type.size()];
+    let sizes = [x_type.size(), gamma_type.size(), target.elem.size()];
     validate_knobs(client, knobs, problem, &offsets, &sizes)?;
 
     let vector_size = knobs.vector_size;
-    let cfg = knobs.row_config(channels, activation);
+    let cfg = knobs.row_config_for(channels, activation, target.kind);
     let vecs_per_row = channels / vector_size;
     let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
@@ -511,8 +594,9 @@ pub fn launch_forward(
             (1.0f64 / channels as f64) as f32,
             norm.eps,
             norm.floor,
+            target.scale,
             cfg,
-            [x_type, gamma_type],
+            [x_type, gamma_type, target.elem],
         );
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! (and element types, vector width and cube shape) and cached by cubecl. Shape values (rows,
 //! C, strides) are run-time arguments, so a new shape does not cost a compilation.
 
-use crate::params::Activation;
+use crate::params::{Activation, Output};
 
 /// How the partial sums of squares of the lanes that share a row are combined.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -66,6 +66,7 @@ pub struct RowConfig {
     pub gamma: GammaIn,
     pub activation: Activation,
     pub fast_math: bool,
+    pub output: Output,
 }
 
 impl Knobs {
@@ -89,6 +90,16 @@ impl Knobs {
     /// are normalised (no register cache means streaming with gamma from global memory; one
     /// lane means no lane reduction), so equivalent knobs share one compiled kernel.
     pub fn row_config(&self, channels: usize, activation: Activation) -> RowConfig {
+        self.row_config_for(channels, activation, Output::Input)
+    }
+
+    /// [`Knobs::row_config`] for an output kind.
+    pub fn row_config_for(
+        &self,
+        channels: usize,
+        activation: Activation,
+        output: Output,
+    ) -> RowConfig {
         let cached = self.caches_row(channels);
         RowConfig {
             lanes_per_row: self.lanes_per_row,
@@ -103,6 +114,7 @@ impl Knobs {
             gamma: if cached { self.gamma } else { GammaIn::Global },
             activation,
             fast_math: self.fast_math && activation == Activation::Silu,
+            output,
         }
     }
 }

@@ -40,3 +40,15 @@ pub enum Activation {
     /// No activation: a plain RMSNorm (the Wan VAE's attention-block norm).
     Identity,
 }
+
+/// What the kernel writes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
+pub enum Output {
+    /// `y` in the input's dtype.
+    #[default]
+    Input,
+    /// FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)` (TransformerEngine / cuDNN convention: the
+    /// caller gives the quantisation scale; dequantise with `q / scale`). Saturates to ±448;
+    /// NaN stays NaN.
+    Fp8E4M3,
+}
