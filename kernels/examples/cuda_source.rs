@@ -1,7 +1,7 @@
 //! Prints the CUDA C++ that cubecl's NVRTC path generates for the row kernel with given knobs,
 //! without a GPU (to read what the compiler will see: vector widths, the math, the loops).
 //!
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
 
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use cubecl::prelude::*;
 use cubecl_cpp::{shared::CompilationOptions, shared::CppCompiler, target::Cuda};
 use cubecl_runtime::compiler::Compiler;
 use rmsnorm_silu_kernels::forward::rms_norm_rows;
+use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::{Activation, Knobs};
 
 fn properties() -> Arc<DeviceProperties> {
@@ -51,7 +52,9 @@ fn main() {
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
         .unwrap_or_else(|e| panic!("{e}"));
     let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
-    let cfg = knobs.row_config(channels, Activation::Silu);
+    let fp8 = args.get(2).is_some_and(|a| a == "fp8");
+    let output = if fp8 { Output::Fp8E4M3 } else { Output::Input };
+    let cfg = knobs.row_config_for(channels, Activation::Silu, output);
     let settings = KernelSettings::new(
         *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
         ExecutionMode::Unchecked,
@@ -75,7 +78,15 @@ fn main() {
         (),
         knobs.vector_size,
         cfg,
-        [bf16, bf16, bf16],
+        [
+            bf16,
+            bf16,
+            if fp8 {
+                ElemType::Float(FloatKind::E4M3)
+            } else {
+                bf16
+            },
+        ],
     );
     let source = CppCompiler::<Cuda>::default()
         .compile(kernel.define(), &CompilationOptions::default())
