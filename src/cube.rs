@@ -20,12 +20,12 @@ impl RmsNormSiluBackend for CubeBackend {
         floor: f32,
         silu: bool,
     ) -> CubeTensor {
-        let activation = if silu {
-            Activation::Silu
-        } else {
-            Activation::Identity
-        };
-        forward(x, gamma, NormParams { eps, floor }, activation)
+        forward(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+        )
     }
 
     fn rms_norm_silu_dim(
@@ -36,12 +36,13 @@ impl RmsNormSiluBackend for CubeBackend {
         floor: f32,
         silu: bool,
     ) -> CubeTensor {
-        let activation = if silu {
-            Activation::Silu
-        } else {
-            Activation::Identity
-        };
-        forward_dim(x, gamma, dim, NormParams { eps, floor }, activation)
+        forward_dim(
+            x,
+            gamma,
+            dim,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+        )
     }
 }
 
