@@ -15,3 +15,4 @@ mod fp8;
 mod fusion;
 mod kernel_knobs;
 mod module;
+mod properties;
