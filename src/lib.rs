@@ -6,8 +6,10 @@
 //!
 //! - [`rms_norm_silu`]: the op on any Burn device. On CubeCL devices (CUDA, the CubeCL CPU
 //!   runtime; raw, under Fusion, under Autodiff) it runs the fused kernel of the
-//!   `rmsnorm-silu-kernels` crate; on other backends (Flex) a composed implementation with the
-//!   same semantics.
+//!   `rmsnorm-silu-kernels` crate; on other backends (Flex, NdArray) a composed implementation
+//!   with the same semantics.
+//! - [`rms_norm_silu_dim`]: the same over any axis (the channel axis of `[B, C, T, H, W]`),
+//!   reading channels-last and dense channels-first memory in place.
 //! - [`rms_norm_silu_with`] and [`RmsNormSiluOptions`]: the Wan-VAE (`F.normalize`) variant,
 //!   and the plain norm without SiLU.
 //! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
