@@ -12,7 +12,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::ForwardError;
+use crate::forward::{ForwardError, activate};
 use crate::params::{Activation, NormParams};
 
 /// `batches x channels x positions`, positions contiguous. Strides are in elements.
@@ -80,12 +80,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
         for c in 0..channels {
             let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
             let g = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-            let mut y = v * r * g;
-            if comptime![activation == Activation::Silu] {
-                let one = Vector::<f32, N>::new(1.0f32);
-                let s = Vector::inverse_sqrt(one + Vector::exp(Vector::<f32, N>::new(0.0f32) - y));
-                y *= s * s;
-            }
+            let y = activate::<N>(v * r * g, activation, false);
             out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
         }
         i += step;

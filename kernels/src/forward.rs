@@ -134,7 +134,7 @@ fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f32 {
 /// compute-bound on an H200; the reciprocal square root is one special-function instruction
 /// (max error 2 ulp, so `sigmoid` is within ~5 ulp). `e = inf` (v < -88) gives 0, NaN stays NaN.
 #[cube]
-fn activate<N: Size>(
+pub(crate) fn activate<N: Size>(
     v: Vector<f32, N>,
     #[comptime] activation: Activation,
     #[comptime] fast_math: bool,
