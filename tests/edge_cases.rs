@@ -1,7 +1,9 @@
 //! Numerical edge cases, determinism and concurrent use (semantics documented in README).
 
 use burn::tensor::{DType, Device};
-use burn_rmsnorm_silu::{Activation, Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_with};
+use burn_rmsnorm_silu::{
+    Activation, Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_with,
+};
 use rmsnorm_silu_kernels::NormParams;
 
 use crate::common::*;
@@ -147,22 +149,68 @@ fn concurrent_calls_from_threads_and_devices() {
     });
 }
 
-/// Magnitudes near the f32/bf16 maximum: the true output is finite, but the fp32 sum of
-/// squares overflows. KNOWN FAILURE (issue 7): the accumulation is not scaled yet, so such a
-/// row comes out as zeros. Run with `--ignored` to see it.
+/// Magnitudes near the f32/bf16 maximum, where the fp32 sum of squares overflows, and tiny
+/// rows where it underflows with eps = 0: the true outputs are finite and O(1), and the kernels
+/// rescue these rows with an exactly scaled second summation (`rmsnorm_silu_kernels::rescue`).
+/// Checked through the API over the last axis (row kernel) and over dim 1 of a dense
+/// channels-first tensor (channels kernel), next to ordinary rows that must not change.
 #[test]
-#[ignore = "known: fp32 sum of squares overflows for |x| > ~1.8e19 (issue 7)"]
-fn huge_magnitudes_do_not_overflow() {
+fn huge_and_tiny_magnitudes_are_rescued() {
     let device = device();
+    let mut rng = rng("huge magnitudes");
     let channels = 64;
-    let x: Vec<f64> = (0..channels).map(|i| 1e30 * (i as f64 - 31.5)).collect();
-    let x = round_to(&x, DType::F32);
-    let gamma = vec![1.0; channels];
-    let want = reference(&x, &gamma, NormParams::rms(1e-6), Activation::Silu);
-    let got = values(rms_norm_silu(
-        tensor(&x, [1, channels], DType::F32, &device),
-        tensor(&gamma, [channels], DType::F32, &device),
-        1e-6,
-    ));
-    assert_close(&got, &want, 1e-6, 1e-5, "huge magnitudes");
+    for dtype in [DType::F32, DType::BF16] {
+        // Rows: ordinary, ~1e30 with one element at 3e38, ~1e-30, subnormal.
+        let mut x = Vec::new();
+        for (row, magnitude) in [1.0, 1e30, 1e-30, 3e-40].into_iter().enumerate() {
+            let mut values: Vec<f64> = randn(&mut rng, channels)
+                .iter()
+                .map(|v| v * magnitude)
+                .collect();
+            if row == 1 {
+                values[5] = 3.0e38;
+            }
+            x.extend(values);
+        }
+        let x = round_to(&x, dtype);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), dtype);
+        let tol = if dtype == DType::F32 { 2e-5 } else { 2e-2 };
+        for eps in [0.0, 1e-6] {
+            let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+            let got = values(rms_norm_silu(
+                tensor(&x, [4, channels], dtype, &device),
+                tensor(&gamma, [channels], dtype, &device),
+                eps,
+            ));
+            assert_close(&got, &want, tol, tol, &format!("rows {dtype:?} eps {eps}"));
+
+            // The same rows as a dense channels-first [1, C, 4] tensor (four positions), which
+            // runs the channels kernel.
+            let mut transposed = vec![0.0; x.len()];
+            for r in 0..4 {
+                for c in 0..channels {
+                    transposed[c * 4 + r] = x[r * channels + c];
+                }
+            }
+            let got = values(rms_norm_silu_dim(
+                tensor(&transposed, [1, channels, 4], dtype, &device),
+                tensor(&gamma, [channels], dtype, &device),
+                1,
+                RmsNormSiluOptions::rms(eps),
+            ));
+            let mut got_rows = vec![0.0; x.len()];
+            for r in 0..4 {
+                for c in 0..channels {
+                    got_rows[r * channels + c] = got[c * 4 + r];
+                }
+            }
+            assert_close(
+                &got_rows,
+                &want,
+                tol,
+                tol,
+                &format!("channels-first {dtype:?} eps {eps}"),
+            );
+        }
+    }
 }

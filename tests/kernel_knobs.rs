@@ -49,13 +49,49 @@ pub fn elem(dtype: DType) -> ElemType {
 
 /// Launches with `knobs` into a NaN-filled output and checks every element.
 fn check_knobs(knobs: Knobs, rows: usize, channels: usize, dtype: DType, activation: Activation) {
-    let device = cube_device();
     let mut rng = rng("kernel_knobs");
     let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, dtype);
-    let norm = NormParams::rms(eps);
-    let want = reference(&x, &gamma, norm, activation);
-    let xt = upload(&x, vec![rows, channels], dtype, &device);
-    let gt = upload(&gamma, vec![channels], dtype, &device);
+    let tol = if dtype == DType::F32 { 1e-5 } else { 2e-2 };
+    let inputs = Inputs {
+        x: &x,
+        gamma: &gamma,
+        rows,
+        channels,
+        dtype,
+    };
+    check_knobs_on(knobs, inputs, NormParams::rms(eps), activation, tol);
+}
+
+/// A problem's host values (already representable in `dtype`).
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    x: &'a [f64],
+    gamma: &'a [f64],
+    rows: usize,
+    channels: usize,
+    dtype: DType,
+}
+
+/// Launches with `knobs` on `inputs` into a NaN-filled output and checks every element against
+/// the f64 reference within `tol` (absolute and relative).
+fn check_knobs_on(
+    knobs: Knobs,
+    inputs: Inputs,
+    norm: NormParams,
+    activation: Activation,
+    tol: f64,
+) {
+    let Inputs {
+        x,
+        gamma,
+        rows,
+        channels,
+        dtype,
+    } = inputs;
+    let device = cube_device();
+    let want = reference(x, gamma, norm, activation);
+    let xt = upload(x, vec![rows, channels], dtype, &device);
+    let gt = upload(gamma, vec![channels], dtype, &device);
     let out = upload(
         &vec![f64::NAN; rows * channels],
         vec![rows, channels],
@@ -76,7 +112,6 @@ fn check_knobs(knobs: Knobs, rows: usize, channels: usize, dtype: DType, activat
     )
     .unwrap_or_else(|e| panic!("{knobs:?}: {e}"));
     let got = download(out);
-    let tol = if dtype == DType::F32 { 1e-5 } else { 2e-2 };
     assert_close(
         &got,
         &want,
@@ -84,6 +119,84 @@ fn check_knobs(knobs: Knobs, rows: usize, channels: usize, dtype: DType, activat
         tol,
         &format!("{knobs:?} T={rows} C={channels} {dtype:?}"),
     );
+}
+
+/// Rows whose fp32 sum of squares overflows (|x| up to the f32 maximum) or underflows
+/// (subnormal and 1e-25 magnitudes with eps = 0) sit between ordinary rows; every knob path
+/// must rescue them (see `rmsnorm_silu_kernels::rescue`) and leave the ordinary rows alone.
+#[test]
+fn out_of_range_rows_are_rescued_on_every_knob_path() {
+    use LaneReduce::*;
+    let mut rng = rng("rescue");
+    let mut cases = vec![
+        (knobs(4, 1, 1, 8, Plane), 64),
+        (knobs(2, 1, 2, 0, Plane), 100),
+        (knobs(2, 2, 1, 8, Shared), 32),
+        (knobs(2, 2, 1, 0, Shared), 96),
+        (
+            Knobs {
+                rows_per_unit: 3,
+                ..knobs(1, 2, 1, 16, Shared)
+            },
+            24,
+        ),
+    ];
+    if on_gpu() {
+        cases.extend([
+            (knobs(8, 8, 16, 6, Plane), 384),
+            (
+                Knobs {
+                    rows_per_unit: 2,
+                    ..knobs(8, 32, 4, 2, Plane)
+                },
+                512,
+            ),
+            (knobs(8, 16, 8, 0, Plane), 1000),
+            (knobs(8, 64, 2, 2, Shared), 1024),
+            (knobs(8, 64, 2, 0, Shared), 4096),
+        ]);
+    }
+    let mut failures = Vec::new();
+    for (k, channels) in cases {
+        let rows = 23;
+        // Row classes: ordinary, huge (one element at the f32 maximum), 1e-25, subnormal.
+        let mut x = Vec::with_capacity(rows * channels);
+        for row in 0..rows {
+            let magnitude = [1.0, 1e36, 1e-25, 3e-40][row % 4];
+            let mut values: Vec<f64> = randn(&mut rng, channels)
+                .iter()
+                .map(|v| v * magnitude)
+                .collect();
+            if row % 4 == 1 {
+                values[row % channels] = 3.0e38;
+            }
+            x.extend(values);
+        }
+        for dtype in [DType::F32, DType::BF16] {
+            let x = round_to(&x, dtype);
+            let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), dtype);
+            let inputs = Inputs {
+                x: &x,
+                gamma: &gamma,
+                rows,
+                channels,
+                dtype,
+            };
+            // eps = 0: every row's true output is O(1), so a relative check is strict.
+            let tol = if dtype == DType::F32 { 2e-5 } else { 2e-2 };
+            for (norm, activation) in [
+                (NormParams::rms(0.0), Activation::Silu),
+                (NormParams::rms(0.0), Activation::Identity),
+                (NormParams::rms(1e-6), Activation::Silu),
+            ] {
+                let label = format!("{k} C={channels} {dtype:?} {norm:?} {activation:?}: ");
+                record_failure(&mut failures, &label, || {
+                    check_knobs_on(k, inputs, norm, activation, tol)
+                });
+            }
+        }
+    }
+    assert_no_failures(&failures);
 }
 
 fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneReduce) -> Knobs {

@@ -14,6 +14,7 @@ use cubecl::server::Handle;
 
 use crate::forward::{ForwardError, activate};
 use crate::params::{Activation, NormParams};
+use crate::rescue::{prescale_vector, small_eps};
 
 /// `batches x channels x positions`, positions contiguous. Strides are in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,27 +64,122 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
 ) {
     let mut i = ABSOLUTE_POS;
     let step = CUBE_COUNT * CUBE_DIM as usize;
+    let small = small_eps(eps, floor);
     while i < units {
         let batch = i / position_vectors;
         let p = i % position_vectors;
         let x_base = batch * x_batch_stride + p;
         let out_base = batch * out_batch_stride + p;
-        let mut acc = Vector::<f32, N>::new(0.0f32);
-        for c in 0..channels {
-            let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
-            acc += v * v;
+        let one = Vector::<f32, N>::new(1.0f32);
+        let acc = channel_sum_sq::<E, N>(x, x_base, channels, x_channel_stride, one);
+        // Rare: positions whose fp32 total left the normal range are summed again with exactly
+        // scaled values (see `crate::rescue`); no other unit takes part, so no uniformity
+        // concern.
+        let pre = prescale_vector::<N>(acc, small);
+        let mut rescue = false;
+        #[unroll]
+        for k in 0..N::value() {
+            rescue = rescue || pre.extract(k) != 1.0f32;
         }
-        let d = acc * Vector::new(inv_channels) + Vector::new(eps);
-        let floor_v = Vector::<f32, N>::new(floor);
-        // NaN < floor is false: a NaN mean stays NaN.
-        let r = Vector::inverse_sqrt(select_many(d.less_than(&floor_v), floor_v, d));
-        for c in 0..channels {
-            let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
-            let g = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-            let y = activate::<N>(v * r * g, activation, false);
-            out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
+        if rescue {
+            let acc = channel_sum_sq::<E, N>(x, x_base, channels, x_channel_stride, pre);
+            let r = inv_rms_vector::<N>(
+                acc,
+                inv_channels,
+                Vector::new(eps) * pre * pre,
+                Vector::new(floor) * pre * pre,
+            );
+            store_channels::<E, G, N>(
+                x,
+                gamma,
+                out,
+                x_base,
+                out_base,
+                channels,
+                x_channel_stride,
+                out_channel_stride,
+                r,
+                pre,
+                activation,
+                true,
+            );
+        } else {
+            let r = inv_rms_vector::<N>(acc, inv_channels, Vector::new(eps), Vector::new(floor));
+            store_channels::<E, G, N>(
+                x,
+                gamma,
+                out,
+                x_base,
+                out_base,
+                channels,
+                x_channel_stride,
+                out_channel_stride,
+                r,
+                one,
+                activation,
+                false,
+            );
         }
         i += step;
+    }
+}
+
+/// `sum_c (p * x[c])^2` for the `N` positions of one unit.
+#[cube]
+fn channel_sum_sq<E: Float, N: Size>(
+    x: &[Vector<E, N>],
+    x_base: usize,
+    channels: usize,
+    x_channel_stride: usize,
+    p: Vector<f32, N>,
+) -> Vector<f32, N> {
+    let mut acc = Vector::<f32, N>::new(0.0f32);
+    for c in 0..channels {
+        let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]) * p;
+        acc += v * v;
+    }
+    acc
+}
+
+/// `1 / sqrt(max(sum / C + eps, floor))` per position; a NaN mean stays NaN. (Callers scale
+/// eps as `(eps * p) * p`: `p * p` alone overflows for the underflow prescale.)
+#[cube]
+fn inv_rms_vector<N: Size>(
+    acc: Vector<f32, N>,
+    inv_channels: f32,
+    eps: Vector<f32, N>,
+    floor: Vector<f32, N>,
+) -> Vector<f32, N> {
+    let d = acc * Vector::new(inv_channels) + eps;
+    Vector::inverse_sqrt(select_many(d.less_than(&floor), floor, d))
+}
+
+/// The second walk over C: `act((p * x) * r * gamma)`, with `p` compiled in only for rescued
+/// positions.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn store_channels<E: Float, G: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[G],
+    out: &mut [Vector<E, N>],
+    x_base: usize,
+    out_base: usize,
+    channels: usize,
+    x_channel_stride: usize,
+    out_channel_stride: usize,
+    r: Vector<f32, N>,
+    p: Vector<f32, N>,
+    #[comptime] activation: Activation,
+    #[comptime] prescaled: bool,
+) {
+    for c in 0..channels {
+        let mut v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
+        if comptime![prescaled] {
+            v *= p;
+        }
+        let g = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
+        let y = activate::<N>(v * r * g, activation, false);
+        out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
     }
 }
 

@@ -14,6 +14,7 @@ use cubecl::server::Handle;
 
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
+use crate::rescue::{prescale, small_eps};
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
 /// element `r * x_row_stride`, row `r` of the output at `r * out_row_stride` (both `>= channels`;
@@ -68,15 +69,30 @@ fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
 
 /// Combines, for each of the unit's `rows_per_unit` rows, the partial sums of the
 /// `lanes_per_row` units of that row; every lane gets the totals (in place).
+///
+/// Returns whether any row that shares the reduction with this unit needs the rescue of
+/// [`crate::rescue`]: the answer is the same for every unit that takes part in the same plane
+/// shuffles (plane reduction) or cube barriers (shared reduction), so a second call inside
+/// `if rescue { .. }` stays uniform. Row `y + r * rows_per_cube` of a cube step starts at
+/// `step_first_row`.
 #[cube]
-fn lane_sums(partials: &mut Array<f32>, shared: &mut Shared<[f32]>, #[comptime] cfg: RowConfig) {
+fn lane_sums(
+    partials: &mut Array<f32>,
+    shared: &mut Shared<[f32]>,
+    step_first_row: usize,
+    rows: usize,
+    small_eps: bool,
+    #[comptime] cfg: RowConfig,
+) -> bool {
     let lanes = cfg.lanes_per_row;
     let steps = comptime![lanes.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let y = UNIT_POS_Y as usize;
+    let mut rescue = false;
     if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
-            LaneReduce::Plane =>
-            {
+            LaneReduce::Plane => {
                 #[unroll]
                 for k in 0..steps {
                     let mask = (lanes >> 1) >> k;
@@ -86,12 +102,17 @@ fn lane_sums(partials: &mut Array<f32>, shared: &mut Shared<[f32]>, #[comptime] 
                         partials[r] += other;
                     }
                 }
+                let mut mine = false;
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    let row = step_first_row + y + r * rows_per_cube;
+                    mine = mine || prescale(partials[r], row < rows, small_eps) != 1.0f32;
+                }
+                rescue = plane_any(mine);
             }
             LaneReduce::Shared => {
                 let lanes_usize = comptime![lanes as usize];
-                let rows_per_cube = comptime![cfg.rows_per_cube as usize];
                 let lane = UNIT_POS_X as usize;
-                let y = UNIT_POS_Y as usize;
                 #[unroll]
                 for r in 0..rows_per_unit {
                     shared[(r * rows_per_cube + y) * lanes_usize + lane] = partials[r];
@@ -114,11 +135,28 @@ fn lane_sums(partials: &mut Array<f32>, shared: &mut Shared<[f32]>, #[comptime] 
                 for r in 0..rows_per_unit {
                     partials[r] = shared[(r * rows_per_cube + y) * lanes_usize];
                 }
+                // Every unit reads every row total of the cube, so all agree on the rescue
+                // without another barrier.
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    for other_y in 0..rows_per_cube {
+                        let row = step_first_row + other_y + r * rows_per_cube;
+                        let total = shared[(r * rows_per_cube + other_y) * lanes_usize];
+                        rescue = rescue || prescale(total, row < rows, small_eps) != 1.0f32;
+                    }
+                }
                 // Everyone has read its totals before the next rows overwrite them.
                 sync_cube();
             }
         }
+    } else {
+        #[unroll]
+        for r in 0..rows_per_unit {
+            let row = step_first_row + y + r * rows_per_cube;
+            rescue = rescue || prescale(partials[r], row < rows, small_eps) != 1.0f32;
+        }
     }
+    rescue
 }
 
 /// `1 / sqrt(max(ms + eps, floor))`; a NaN mean stays NaN (no `fmax` that would drop it).
@@ -236,6 +274,10 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
     let groups = (rows + rows_per_step - 1) / rows_per_step;
     let mut group = CUBE_POS;
     let mut sums = Array::<f32>::new(rows_per_unit);
+    // Row totals and prescales of the rare rescue pass (see `crate::rescue`).
+    let mut rescued = Array::<f32>::new(rows_per_unit);
+    let mut pre = Array::<f32>::new(rows_per_unit);
+    let small = small_eps(eps, floor);
 
     if comptime![vpl > 0] {
         // The row fits in registers: x is read from memory once.
@@ -277,7 +319,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
 
         let mut xs = Array::<Vector<E, N>>::new(comptime![vpl * rows_per_unit]);
         while group < groups {
-            let first_row = group * rows_per_step + y;
+            let step_first_row = group * rows_per_step;
+            let first_row = step_first_row + y;
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
@@ -296,28 +339,74 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
                 }
                 sums[r] = horizontal_sum::<N>(acc);
             }
-            lane_sums(&mut sums, &mut shared, cfg);
+            let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, cfg);
+            // Rare: a row total out of fp32 range is summed again from the registers with
+            // exactly scaled values (see `rescue`); uniform across the reduction's units.
+            if rescue {
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    let row = first_row + r * rows_per_cube;
+                    let active = row < rows;
+                    pre[r] = prescale(sums[r], active, small);
+                    let p = Vector::<f32, N>::new(pre[r]);
+                    let mut acc = Vector::<f32, N>::new(0.0f32);
+                    #[unroll]
+                    for i in 0..vpl {
+                        let j = lane + i * lanes;
+                        if active && j < vecs_per_row {
+                            let f = Vector::<f32, N>::cast_from(xs[r * vpl + i]) * p;
+                            acc += f * f;
+                        }
+                    }
+                    rescued[r] = horizontal_sum::<N>(acc);
+                }
+                lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, cfg);
+            }
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
                 let active = row < rows;
                 let out_base = row * out_row_stride;
-                let scale = Vector::<f32, N>::new(inv_rms(sums[r], inv_channels, eps, floor));
-                #[unroll]
-                for i in 0..vpl {
-                    let j = lane + i * lanes;
-                    if active && j < vecs_per_row {
-                        #[allow(unused_assignments)]
-                        let mut g = Vector::<f32, N>::new(0.0f32);
-                        match comptime![cfg.gamma] {
-                            GammaIn::Registers => g = g_regs[i],
-                            GammaIn::Shared => g = g_shared[j],
-                            GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
-                        }
-                        let v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
-                        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-                        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
-                    }
+                let mut p = 1.0f32;
+                if rescue {
+                    p = pre[r];
+                }
+                if p == 1.0f32 {
+                    let scale = inv_rms(sums[r], inv_channels, eps, floor);
+                    store_cached_row::<E, G, O, N>(
+                        &xs,
+                        &g_regs,
+                        &g_shared,
+                        gamma,
+                        out,
+                        r,
+                        active,
+                        out_base,
+                        vecs_per_row,
+                        scale,
+                        1.0f32,
+                        out_scale,
+                        cfg,
+                        false,
+                    );
+                } else {
+                    let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
+                    store_cached_row::<E, G, O, N>(
+                        &xs,
+                        &g_regs,
+                        &g_shared,
+                        gamma,
+                        out,
+                        r,
+                        active,
+                        out_base,
+                        vecs_per_row,
+                        scale,
+                        p,
+                        out_scale,
+                        cfg,
+                        true,
+                    );
                 }
             }
             group += CUBE_COUNT;
@@ -326,42 +415,187 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
         // Rows too long for registers: one pass for the sums of squares, a second (mostly from
         // cache) for the output.
         while group < groups {
-            let first_row = group * rows_per_step + y;
+            let step_first_row = group * rows_per_step;
+            let first_row = step_first_row + y;
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
-                let base = row * x_row_stride;
-                let mut acc = Vector::<f32, N>::new(0.0f32);
-                if row < rows {
-                    let mut j = lane;
-                    while j < vecs_per_row {
-                        let v = Vector::<f32, N>::cast_from(x[base + j]);
-                        acc += v * v;
-                        j += lanes;
-                    }
-                }
-                sums[r] = horizontal_sum::<N>(acc);
+                sums[r] = streamed_sum_sq::<E, N>(
+                    x,
+                    row * x_row_stride,
+                    vecs_per_row,
+                    row < rows,
+                    1.0f32,
+                    cfg,
+                );
             }
-            lane_sums(&mut sums, &mut shared, cfg);
+            let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, cfg);
+            if rescue {
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    let row = first_row + r * rows_per_cube;
+                    pre[r] = prescale(sums[r], row < rows, small);
+                    rescued[r] = streamed_sum_sq::<E, N>(
+                        x,
+                        row * x_row_stride,
+                        vecs_per_row,
+                        row < rows,
+                        pre[r],
+                        cfg,
+                    );
+                }
+                lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, cfg);
+            }
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
                 let base = row * x_row_stride;
                 let out_base = row * out_row_stride;
-                let scale = Vector::<f32, N>::new(inv_rms(sums[r], inv_channels, eps, floor));
+                let mut p = 1.0f32;
+                if rescue {
+                    p = pre[r];
+                }
                 if row < rows {
-                    let mut j = lane;
-                    while j < vecs_per_row {
-                        let v = Vector::<f32, N>::cast_from(x[base + j]);
-                        let g = Vector::<f32, N>::cast_from(gamma[j]);
-                        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-                        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
-                        j += lanes;
+                    if p == 1.0f32 {
+                        let scale = inv_rms(sums[r], inv_channels, eps, floor);
+                        store_streamed_row::<E, G, O, N>(
+                            x,
+                            gamma,
+                            out,
+                            base,
+                            out_base,
+                            vecs_per_row,
+                            scale,
+                            1.0f32,
+                            out_scale,
+                            cfg,
+                            false,
+                        );
+                    } else {
+                        let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
+                        store_streamed_row::<E, G, O, N>(
+                            x,
+                            gamma,
+                            out,
+                            base,
+                            out_base,
+                            vecs_per_row,
+                            scale,
+                            p,
+                            out_scale,
+                            cfg,
+                            true,
+                        );
                     }
                 }
             }
             group += CUBE_COUNT;
         }
+    }
+}
+
+/// This lane's share of `sum((p * x)^2)` over one row, read from global memory (the streaming
+/// variant); 0 for an inactive row.
+#[cube]
+fn streamed_sum_sq<E: Float, N: Size>(
+    x: &[Vector<E, N>],
+    base: usize,
+    vecs_per_row: usize,
+    active: bool,
+    p: f32,
+    #[comptime] cfg: RowConfig,
+) -> f32 {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let pv = Vector::<f32, N>::new(p);
+    let mut acc = Vector::<f32, N>::new(0.0f32);
+    if active {
+        let mut j = UNIT_POS_X as usize;
+        while j < vecs_per_row {
+            let v = Vector::<f32, N>::cast_from(x[base + j]) * pv;
+            acc += v * v;
+            j += lanes;
+        }
+    }
+    horizontal_sum::<N>(acc)
+}
+
+/// Writes this lane's share of one row from the register cache:
+/// `act((p * x) * scale * gamma)`, with the multiplication by `p` compiled in only for rescued
+/// rows (`prescaled`), so ordinary rows pay nothing for it.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
+    xs: &Array<Vector<E, N>>,
+    g_regs: &Array<Vector<f32, N>>,
+    g_shared: &Shared<[Vector<f32, N>]>,
+    gamma: &[Vector<G, N>],
+    out: &mut [Vector<O, N>],
+    r: usize,
+    active: bool,
+    out_base: usize,
+    vecs_per_row: usize,
+    scale: f32,
+    p: f32,
+    out_scale: f32,
+    #[comptime] cfg: RowConfig,
+    #[comptime] prescaled: bool,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let vpl = comptime![cfg.vectors_per_lane];
+    let lane = UNIT_POS_X as usize;
+    let scale = Vector::<f32, N>::new(scale);
+    let pv = Vector::<f32, N>::new(p);
+    #[unroll]
+    for i in 0..vpl {
+        let j = lane + i * lanes;
+        if active && j < vecs_per_row {
+            #[allow(unused_assignments)]
+            let mut g = Vector::<f32, N>::new(0.0f32);
+            match comptime![cfg.gamma] {
+                GammaIn::Registers => g = g_regs[i],
+                GammaIn::Shared => g = g_shared[j],
+                GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
+            }
+            let mut v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
+            if comptime![prescaled] {
+                v *= pv;
+            }
+            let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
+            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+        }
+    }
+}
+
+/// Writes this lane's share of one row, re-reading `x` from global memory (the streaming
+/// variant); `prescaled` as in [`store_cached_row`].
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[Vector<G, N>],
+    out: &mut [Vector<O, N>],
+    base: usize,
+    out_base: usize,
+    vecs_per_row: usize,
+    scale: f32,
+    p: f32,
+    out_scale: f32,
+    #[comptime] cfg: RowConfig,
+    #[comptime] prescaled: bool,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let scale = Vector::<f32, N>::new(scale);
+    let pv = Vector::<f32, N>::new(p);
+    let mut j = UNIT_POS_X as usize;
+    while j < vecs_per_row {
+        let mut v = Vector::<f32, N>::cast_from(x[base + j]);
+        if comptime![prescaled] {
+            v *= pv;
+        }
+        let g = Vector::<f32, N>::cast_from(gamma[j]);
+        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
+        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+        j += lanes;
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
+//! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos;
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
@@ -20,6 +21,7 @@ pub mod knobs;
 pub mod lut;
 pub mod params;
 pub mod reference;
+pub mod rescue;
 pub mod select;
 pub mod timing;
 
