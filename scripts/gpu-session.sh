@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that measures everything (fits the 10-minute limit; each step has its own
 # timeout, and every step writes its results under $OUT as it goes):
-#   1. the CUDA test suite (including the large ignored cases),
+#   1. the CUDA test suite ("sweep": the large ignored cases; "sanitize": compute-sanitizer),
 #   2. the tuner (writes sm90.txt: copy it to kernels/lut/ and commit),
 #   3. the fallback comparison, 4. the channel-axis shapes, 5. the benchmark table,
 #   6. torch eager / torch.compile for the rows and the channel-axis shapes.
@@ -18,11 +18,16 @@ chmod +x gpu/tests gpu/bench 2>/dev/null
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests tune fallback channels bench torch)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
-        tests) RMSNORM_TEST_DEVICE=cuda timeout 200 ./gpu/tests --include-ignored --test-threads=4 \
+        tests) RMSNORM_TEST_DEVICE=cuda timeout 150 ./gpu/tests --test-threads=4 \
                    > "$out/tests.log" 2>&1 ;;
+        sweep) RMSNORM_TEST_DEVICE=cuda timeout 200 ./gpu/tests --ignored --test-threads=1 \
+                   > "$out/sweep.log" 2>&1 ;;
+        sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=110 bash scripts/sanitize.sh \
+                   > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
         tune) timeout 240 ./gpu/bench tune --lut "$out/sm90.txt" --out "$out" > "$out/tune.log" 2>&1 ;;
         fallback) timeout 150 ./gpu/bench fallback --out "$out" > "$out/fallback.log" 2>&1 ;;
         channels) timeout 60 ./gpu/bench channels --out "$out" > "$out/channels.log" 2>&1 ;;
@@ -34,5 +39,5 @@ for step in "${steps[@]}"; do
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
 done
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" -C gpu out; fi
-grep -hE "test result|FAILED" "$out/tests.log" 2>/dev/null
+grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160

@@ -57,3 +57,35 @@ fn tensors_on_different_devices() {
 fn module_rejects_negative_epsilon() {
     let _ = RmsNormSiluConfig::new(4).with_epsilon(-1.0).init(&device());
 }
+
+#[test]
+#[should_panic(expected = "`x` must be a float tensor (f64, f32, f16 or bf16), got QFloat")]
+fn quantized_x_is_rejected() {
+    use burn::tensor::quantization::QuantScheme;
+    let q = x().quantize_dynamic(&QuantScheme::default());
+    let _ = rms_norm_silu(q, gamma(4), 1e-6);
+}
+
+#[test]
+#[should_panic(expected = "`gamma` must be a float tensor (f64, f32, f16 or bf16), got QFloat")]
+fn quantized_gamma_is_rejected() {
+    use burn::tensor::quantization::QuantScheme;
+    let q = gamma(4).quantize_dynamic(&QuantScheme::default());
+    let _ = rms_norm_silu(x(), q, 1e-6);
+}
+
+#[test]
+#[should_panic(
+    expected = "`gamma` must have length C = 4 (the last axis of `x`, shape [3, 4]), got 6"
+)]
+fn module_width_must_match_the_input() {
+    let module = RmsNormSiluConfig::new(6).init(&device());
+    let _ = module.forward(x());
+}
+
+#[test]
+#[should_panic(expected = "`dim` must be an axis of `x` (rank 2), got 2")]
+fn module_dim_must_be_an_axis() {
+    let module = RmsNormSiluConfig::new(4).with_dim(Some(2)).init(&device());
+    let _ = module.forward(x());
+}

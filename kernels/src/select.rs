@@ -1,6 +1,6 @@
 //! Knob selection at launch, in this order:
 //! 1. `RMSNORM_SILU_KNOBS=<knobs>` (the `Display` form of [`Knobs`]) forces a config for
-//!    experiments, when it is valid for the shape;
+//!    experiments, for every shape it is valid for (a malformed value panics);
 //! 2. the device architecture's tuned table ([`crate::lut`]): exact entry, else nearest T for
 //!    the same C;
 //! 3. [`heuristic_knobs`], valid for every device, C and row count.
@@ -15,6 +15,17 @@ use crate::lut;
 
 /// Environment variable that forces a knob configuration.
 pub const KNOBS_ENV: &str = "RMSNORM_SILU_KNOBS";
+
+/// Parses the value of [`KNOBS_ENV`].
+///
+/// # Panics
+/// When the value is not a knob string: a typo in an experiment must not silently measure the
+/// default selection instead.
+pub fn knobs_from_env(text: &str) -> Knobs {
+    Knobs::parse(text).unwrap_or_else(|e| {
+        panic!("{KNOBS_ENV}=`{text}` is not a knob configuration (e.g. `v8.l16.r8.u1.c3.plane.greg.m-`): {e}")
+    })
+}
 
 /// Where the selected knobs came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,14 +90,14 @@ pub fn select_knobs_with_source(
     };
     let chosen = if let Some(k) = std::env::var(KNOBS_ENV)
         .ok()
-        .and_then(|text| match Knobs::parse(&text) {
-            Ok(k) if ok(&k) => Some(k),
-            Ok(k) => {
-                log::warn!("{KNOBS_ENV}={k} is not valid for {problem:?}; ignored");
-                None
-            }
-            Err(e) => {
-                log::warn!("{KNOBS_ENV}: {e}; ignored");
+        .map(|text| knobs_from_env(&text))
+        .and_then(|k| {
+            if ok(&k) {
+                Some(k)
+            } else {
+                // A forced config cannot fit every shape (e.g. 8-wide vectors for C = 3):
+                // those shapes use the normal selection, and say so.
+                log::warn!("{KNOBS_ENV}={k} is not valid for {problem:?}; not used for it");
                 None
             }
         }) {
@@ -273,4 +284,21 @@ pub fn pick_vector_size(
         v /= 2;
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_knobs_parse() {
+        let k = knobs_from_env("v8.l16.r8.u1.c3.plane.greg.m-");
+        assert_eq!(k.to_string(), "v8.l16.r8.u1.c3.plane.greg.m-");
+    }
+
+    #[test]
+    #[should_panic(expected = "RMSNORM_SILU_KNOBS=`v8.l16` is not a knob configuration")]
+    fn malformed_environment_knobs_panic_with_the_value() {
+        knobs_from_env("v8.l16");
+    }
 }
