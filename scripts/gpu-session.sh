@@ -11,10 +11,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 # Results go to gpu/out and are packed into one $OUT/results.tgz at the end (the device tool
 # brings back at most 8 files).
-out=gpu/out
+out=$PWD/gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
 chmod +x gpu/tests gpu/bench 2>/dev/null
+# cubecl's compilation cache (PTX on disk) for every binary run from gpu/: steps share it.
+printf '[compilation]\ncache = true\n' > gpu/cubecl.toml
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests tune fallback channels bench torch)
@@ -22,16 +24,17 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt
 for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
-        tests) RMSNORM_TEST_DEVICE=cuda timeout 150 ./gpu/tests --test-threads=4 \
+        tests) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 150 ./tests --test-threads=4) \
                    > "$out/tests.log" 2>&1 ;;
-        sweep) RMSNORM_TEST_DEVICE=cuda timeout 200 ./gpu/tests --ignored --test-threads=1 \
+        sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
-        sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=110 bash scripts/sanitize.sh \
-                   > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
-        tune) timeout 240 ./gpu/bench tune --lut "$out/sm90.txt" --out "$out" > "$out/tune.log" 2>&1 ;;
-        fallback) timeout 150 ./gpu/bench fallback --out "$out" > "$out/fallback.log" 2>&1 ;;
-        channels) timeout 60 ./gpu/bench channels --out "$out" > "$out/channels.log" 2>&1 ;;
-        bench) timeout 150 ./gpu/bench bench --out "$out" > "$out/bench.log" 2>&1 ;;
+        sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-135} \
+                   bash scripts/sanitize.sh > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
+        tune) (cd gpu && timeout 240 ./bench tune --lut "$out/sm90.txt" --out "$out") \
+                   > "$out/tune.log" 2>&1 ;;
+        fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
+        channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
+        bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
         *) echo "unknown step $step"; continue ;;
