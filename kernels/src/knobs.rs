@@ -50,8 +50,9 @@ pub struct Knobs {
     /// (a persistent grid). `None`: one cube per row group.
     pub max_cubes: Option<u32>,
     /// SiLU through PTX `ex2.approx` and `rcp.approx` (two special-function instructions per
-    /// element) instead of `expf` and a reciprocal square root. CUDA only; not measured yet,
-    /// so neither the tables nor the heuristic choose it (an experiment for the tuner).
+    /// element) instead of `expf` and a reciprocal square root. CUDA only. The tuner tries it
+    /// per shape (the H200 table picks it for 31 of 55 shapes) and the heuristic uses it on
+    /// CUDA devices. Changes the last bits of the SiLU (max relative error ~2^-21).
     pub fast_math: bool,
 }
 

@@ -137,6 +137,9 @@ pub fn select_knobs(
 /// Largest register cache per lane, in vectors. Beyond it the streaming variant is used.
 pub const MAX_VECTORS_PER_LANE: usize = 8;
 
+/// Row counts from which the heuristic keeps two rows in flight per unit.
+const LONG_INPUT_ROWS: usize = 16_384;
+
 /// Units per cube the heuristic aims for on a GPU.
 const TARGET_UNITS_PER_CUBE: u32 = 128;
 
@@ -211,9 +214,12 @@ pub fn heuristic_knobs(
     let plane = if has_plane_ops { hw.plane_size_min } else { 1 };
     let max_units = hw.max_units_per_cube.max(1);
 
-    // Lanes per row: enough that each lane holds at most MAX_VECTORS_PER_LANE vectors, aiming
-    // at ~4 vectors per lane so several loads are in flight per unit.
-    let wanted = vecs.div_ceil(4).next_power_of_two() as u32;
+    // Lanes per row: enough that each lane holds at most MAX_VECTORS_PER_LANE vectors. On a
+    // GPU, aim at ~2 vectors per lane and two rows in flight per unit on long inputs (what the
+    // H200 tuner picks for most shapes); on the CPU runtime ~4 per lane, one row.
+    let gpu = plane >= 32;
+    let per_lane_target = if gpu { 2 } else { 4 };
+    let wanted = vecs.div_ceil(per_lane_target).next_power_of_two() as u32;
     let largest_pow2_units = if max_units.is_power_of_two() {
         max_units
     } else {
@@ -252,12 +258,17 @@ pub fn heuristic_knobs(
         vector_size,
         lanes_per_row,
         rows_per_cube,
-        rows_per_unit: 1,
+        rows_per_unit: if gpu && vectors_per_lane > 0 && problem.rows >= LONG_INPUT_ROWS {
+            2
+        } else {
+            1
+        },
         vectors_per_lane,
         lane_reduce,
         gamma: GammaIn::Registers,
         max_cubes,
-        fast_math: false,
+        // The PTX approximations of the SiLU: chosen by the H200 tuner for most shapes.
+        fast_math: client.properties().identity.fingerprint.starts_with("ptx_"),
     }
 }
 
