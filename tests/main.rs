@@ -16,3 +16,4 @@ mod fusion;
 mod kernel_knobs;
 mod module;
 mod properties;
+mod wan_vae;

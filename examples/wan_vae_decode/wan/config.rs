@@ -1,0 +1,143 @@
+//! The decoder's hyper-parameters: the two published models, the small cross-check models of
+//! `../shared/fixtures/`, and detection from a weight file.
+
+/// What the decoder looks like. Channel widths are `base_dim * [4, 4, 4, 2, 1]` from the
+/// middle block to the head (`dim_mult = [1, 2, 4, 4]` read backwards).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WanConfig {
+    /// Latent channels.
+    pub z_dim: usize,
+    /// The decoder's base width (the head's width).
+    pub base_dim: usize,
+    /// Residual blocks per up stage minus one (each stage has `num_res_blocks + 1`).
+    pub num_res_blocks: usize,
+    /// Which of the three upsampling stages also doubles the frame count.
+    pub temporal_upsample: [bool; 3],
+    /// Channels the head writes (`3 * patch_size^2`).
+    pub out_channels: usize,
+    /// Spatial patch size folded into the output channels (Wan2.2: 2).
+    pub patch_size: usize,
+    /// Wan2.2: up stages keep their width through the upsampler and add a parameter-free
+    /// `DupUp3D` shortcut.
+    pub residual: bool,
+    /// Per-channel latent statistics: the decoder input is `z * std + mean`.
+    pub latents_mean: Vec<f32>,
+    pub latents_std: Vec<f32>,
+}
+
+const WAN21_MEAN: [f32; 16] = [
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508, 0.4134, -0.0715, 0.5517,
+    -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+];
+const WAN21_STD: [f32; 16] = [
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526, 2.8652, 1.5579,
+    1.6382, 1.1253, 2.8251, 1.9160,
+];
+
+impl WanConfig {
+    /// The Wan2.1 decoder (z 16, widths 384/384/384/192/96).
+    pub fn wan21() -> Self {
+        Self {
+            z_dim: 16,
+            base_dim: 96,
+            num_res_blocks: 2,
+            temporal_upsample: [true, true, false],
+            out_channels: 3,
+            patch_size: 1,
+            residual: false,
+            latents_mean: WAN21_MEAN.to_vec(),
+            latents_std: WAN21_STD.to_vec(),
+        }
+    }
+
+    /// The Wan2.2 (TI2V-5B) decoder (z 48, widths 1024/1024/1024/512/256, patch 2). Its latent
+    /// statistics are not built in: give latents already de-normalised.
+    pub fn wan22() -> Self {
+        Self {
+            z_dim: 48,
+            base_dim: 256,
+            out_channels: 12,
+            patch_size: 2,
+            residual: true,
+            latents_mean: vec![0.0; 48],
+            latents_std: vec![1.0; 48],
+            ..Self::wan21()
+        }
+    }
+
+    /// The fixtures' small Wan2.1-layout decoder (z 4, base 16).
+    pub fn small21() -> Self {
+        Self {
+            z_dim: 4,
+            base_dim: 16,
+            latents_mean: vec![0.0; 4],
+            latents_std: vec![1.0; 4],
+            ..Self::wan21()
+        }
+    }
+
+    /// The fixtures' small Wan2.2-layout decoder (z 8, base 16, patch 2).
+    pub fn small22() -> Self {
+        Self {
+            z_dim: 8,
+            base_dim: 16,
+            latents_mean: vec![0.0; 8],
+            latents_std: vec![1.0; 8],
+            ..Self::wan22()
+        }
+    }
+
+    /// Widths from the middle block (index 0) to the head (index 4).
+    pub fn dims(&self) -> [usize; 5] {
+        let b = self.base_dim;
+        [4 * b, 4 * b, 4 * b, 2 * b, b]
+    }
+
+    /// Output frames for `latent_frames` latent frames (the first is not upsampled in time).
+    pub fn output_frames(&self, latent_frames: usize) -> usize {
+        let factor: usize = self
+            .temporal_upsample
+            .iter()
+            .map(|&t| if t { 2 } else { 1 })
+            .product();
+        1 + factor * latent_frames.saturating_sub(1)
+    }
+
+    /// Spatial upsampling factor from latent to pixels.
+    pub fn spatial_factor(&self) -> usize {
+        8 * self.patch_size
+    }
+
+    /// Reads the configuration from the shapes in a weight file (diffusers names):
+    /// `z_dim` from `post_quant_conv`, widths from `conv_out`, Wan2.2 from its `upsampler` keys.
+    pub fn detect(shape: impl Fn(&str) -> Option<Vec<usize>>) -> Result<Self, String> {
+        let need = |key: &str| {
+            shape(key).ok_or_else(|| format!("weights: missing tensor `{key}` (cannot detect the model)"))
+        };
+        let z_dim = need("post_quant_conv.weight")?[0];
+        let conv_out = need("decoder.conv_out.weight")?;
+        let residual = shape("decoder.up_blocks.0.upsampler.resample.1.weight").is_some();
+        let mut num_res_blocks = 0;
+        while shape(&format!("decoder.up_blocks.0.resnets.{}.conv1.weight", num_res_blocks + 1))
+            .is_some()
+        {
+            num_res_blocks += 1;
+        }
+        let base = if residual { Self::wan22() } else { Self::wan21() };
+        let (latents_mean, latents_std) = if !residual && z_dim == 16 {
+            (WAN21_MEAN.to_vec(), WAN21_STD.to_vec())
+        } else {
+            (vec![0.0; z_dim], vec![1.0; z_dim])
+        };
+        Ok(Self {
+            z_dim,
+            base_dim: conv_out[1],
+            num_res_blocks,
+            out_channels: conv_out[0],
+            patch_size: if conv_out[0] == 12 { 2 } else { 1 },
+            latents_mean,
+            latents_std,
+            ..base
+        })
+    }
+}

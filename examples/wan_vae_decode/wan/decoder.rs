@@ -1,0 +1,189 @@
+//! The whole decoder and its frame-by-frame causal decode.
+
+use burn::module::Module;
+use burn::tensor::{DType, Device, Tensor, s};
+
+use super::config::WanConfig;
+use super::layers::{
+    AttentionBlock, CausalConv3d, Ctx, DupUp3D, FrameCache, Loader, Norm, Resample, ResidualBlock,
+};
+use super::weights::Weights;
+
+/// An up stage: residual blocks, an optional upsampler, and (Wan2.2) the `DupUp3D` shortcut.
+#[derive(Module, Debug)]
+pub struct UpStage {
+    resnets: Vec<ResidualBlock>,
+    upsampler: Option<Resample>,
+    shortcut: Option<DupUp3D>,
+}
+
+impl UpStage {
+    fn forward(
+        &self,
+        x: Tensor<5>,
+        cache: &mut FrameCache,
+        ctx: &Ctx,
+        first_chunk: bool,
+    ) -> Tensor<5> {
+        let input = self.shortcut.as_ref().map(|_| x.clone());
+        let mut x = x;
+        for block in &self.resnets {
+            x = block.forward(x, cache, ctx);
+        }
+        if let Some(up) = &self.upsampler {
+            x = up.forward(x, cache);
+        }
+        match (&self.shortcut, input) {
+            (Some(dup), Some(input)) => x + dup.forward(input, first_chunk),
+            _ => x,
+        }
+    }
+}
+
+/// The Wan VAE decoder (with `post_quant_conv`), Wan2.1 or Wan2.2 layout.
+#[derive(Module, Debug)]
+pub struct WanDecoder {
+    post_quant_conv: CausalConv3d,
+    conv_in: CausalConv3d,
+    mid_resnets: Vec<ResidualBlock>,
+    mid_attention: AttentionBlock,
+    stages: Vec<UpStage>,
+    norm_out: Norm,
+    conv_out: CausalConv3d,
+    patch_size: usize,
+}
+
+impl WanDecoder {
+    /// Builds the decoder for `config` from `weights` (diffusers names; see [`Weights`]).
+    ///
+    /// # Panics
+    /// With the weight source's message (naming the key) on a missing or mis-shaped tensor.
+    pub fn load(config: &WanConfig, weights: &mut Weights, device: &Device, dtype: DType) -> Self {
+        let mut l = Loader {
+            weights,
+            config,
+            device,
+            dtype,
+        };
+        let dims = config.dims();
+        let nrb = config.num_res_blocks;
+        let post_quant_conv = CausalConv3d::load(
+            &mut l,
+            "post_quant_conv",
+            config.z_dim,
+            config.z_dim,
+            [1, 1, 1],
+        );
+        let conv_in = CausalConv3d::load(&mut l, "decoder.conv_in", config.z_dim, dims[0], [3; 3]);
+        let mid_resnets = (0..2)
+            .map(|j| {
+                let key = format!("decoder.mid_block.resnets.{j}");
+                ResidualBlock::load(&mut l, &key, dims[0], dims[0])
+            })
+            .collect();
+        let mid_attention = AttentionBlock::load(&mut l, "decoder.mid_block.attentions.0", dims[0]);
+        let mut stages = Vec::new();
+        for i in 0..4 {
+            let (mut c_in, c_out) = (dims[i], dims[i + 1]);
+            if i > 0 && !config.residual {
+                // Wan2.1's upsamplers halve the width.
+                c_in /= 2;
+            }
+            let stage_in = c_in;
+            let resnets = (0..=nrb)
+                .map(|j| {
+                    let key = format!("decoder.up_blocks.{i}.resnets.{j}");
+                    let block = ResidualBlock::load(&mut l, &key, c_in, c_out);
+                    c_in = c_out;
+                    block
+                })
+                .collect();
+            let upsample = i != 3;
+            let temporal = upsample && config.temporal_upsample[i];
+            let upsampler = upsample.then(|| {
+                let (key, up_out) = if config.residual {
+                    (format!("decoder.up_blocks.{i}.upsampler"), c_out)
+                } else {
+                    (format!("decoder.up_blocks.{i}.upsamplers.0"), c_out / 2)
+                };
+                Resample::load(&mut l, &key, c_out, up_out, temporal)
+            });
+            let shortcut = (config.residual && upsample)
+                .then(|| DupUp3D::new(stage_in, c_out, if temporal { 2 } else { 1 }));
+            stages.push(UpStage {
+                resnets,
+                upsampler,
+                shortcut,
+            });
+        }
+        let norm_out = Norm::load(&mut l, "decoder.norm_out", dims[4], true);
+        let conv_out =
+            CausalConv3d::load(&mut l, "decoder.conv_out", dims[4], config.out_channels, [3; 3]);
+        Self {
+            post_quant_conv,
+            conv_in,
+            mid_resnets,
+            mid_attention,
+            stages,
+            norm_out,
+            conv_out,
+            patch_size: config.patch_size,
+        }
+    }
+
+    /// One latent frame `[B, z, 1, h, w]` (after `post_quant_conv`) through the decoder.
+    fn decode_chunk(
+        &self,
+        x: Tensor<5>,
+        cache: &mut FrameCache,
+        ctx: &Ctx,
+        first_chunk: bool,
+    ) -> Tensor<5> {
+        cache.rewind();
+        let mut x = cache.conv(&self.conv_in, x);
+        x = self.mid_resnets[0].forward(x, cache, ctx);
+        x = self.mid_attention.forward(x, ctx);
+        x = self.mid_resnets[1].forward(x, cache, ctx);
+        for stage in &self.stages {
+            x = stage.forward(x, cache, ctx, first_chunk);
+        }
+        let x = self.norm_out.forward(x, ctx);
+        cache.conv(&self.conv_out, x)
+    }
+
+    /// Decodes `z` (`[B, z_dim, T, h, w]`, already de-normalised) frame by frame with the causal
+    /// cache, calling `on_frame(i, frames)` after latent frame `i` with its decoded frames (before
+    /// un-patchifying). Returns `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2), before the
+    /// final clamp.
+    pub fn decode(
+        &self,
+        z: Tensor<5>,
+        ctx: &Ctx,
+        mut on_frame: impl FnMut(usize, &Tensor<5>),
+    ) -> Tensor<5> {
+        let t = z.dims()[2];
+        let x = self.post_quant_conv.forward(z, None);
+        let mut cache = FrameCache::default();
+        let mut chunks = Vec::with_capacity(t);
+        for i in 0..t {
+            let chunk = x.clone().slice(s![.., .., i..i + 1]);
+            let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
+            on_frame(i, &out);
+            chunks.push(out);
+        }
+        unpatchify(Tensor::cat(chunks, 2), self.patch_size)
+    }
+}
+
+/// `[B, C p^2, F, H, W] -> [B, C, F, H p, W p]`: channel `c p^2 + a p + b` is pixel `(b, a)`
+/// of each `p x p` patch (row offset `b`, column offset `a`).
+pub fn unpatchify(x: Tensor<5>, p: usize) -> Tensor<5> {
+    if p == 1 {
+        return x;
+    }
+    let [b, cp, f, h, w] = x.dims();
+    let c = cp / (p * p);
+    x.reshape([b, c, p, p, f, h, w])
+        .permute([0, 1, 4, 5, 3, 6, 2])
+        .reshape([b, c, f, h * p, w * p])
+}

@@ -1,0 +1,167 @@
+//! The Wan VAE decoder port (`examples/wan_vae_decode/wan/`) against PyTorch: the small
+//! cross-check models of `../shared/fixtures/` (diffusers 0.42.1, fp32, chunked decode with
+//! the causal cache) must reproduce `decoded_unclamped` from `z`. Also the weight-name mapping
+//! against the published key lists, and the loader's errors.
+
+use burn::tensor::{DType, Tensor, TensorData};
+
+use crate::common::*;
+
+#[allow(dead_code)]
+#[path = "../examples/wan_vae_decode/wan/mod.rs"]
+mod wan;
+
+use wan::config::WanConfig;
+use wan::decoder::WanDecoder;
+use wan::layers::Ctx;
+use wan::weights::{Weights, original_key};
+
+/// `../shared/fixtures` beside the checkout (where CI and the sessions have it), or
+/// `WAN_FIXTURES`.
+fn fixtures() -> std::path::PathBuf {
+    let dir = std::env::var("WAN_FIXTURES").map_or_else(
+        |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"),
+        std::path::PathBuf::from,
+    );
+    assert!(
+        dir.join("wan21_small").is_dir(),
+        "Wan fixtures not found at {} (set WAN_FIXTURES)",
+        dir.display()
+    );
+    dir
+}
+
+fn read_f32(path: &std::path::Path, name: &str) -> (Vec<f32>, Vec<usize>) {
+    let bytes = std::fs::read(path).expect("fixture file");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let view = file.tensor(name).expect("fixture tensor");
+    let values = view
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    (values, view.shape().to_vec())
+}
+
+/// Decodes the fixture's `z` and returns (ours, PyTorch's) `decoded_unclamped`.
+fn decode_fixture(name: &str, fused: bool, dtype: DType) -> (Vec<f64>, Vec<f64>) {
+    let dir = fixtures().join(name);
+    let device = device();
+    let weights_path = dir.join("diffusion_pytorch_model.safetensors");
+    let mut weights = Weights::from_file(weights_path.to_str().unwrap()).expect("weights");
+    let config = WanConfig::detect(|k| weights.shape(k)).expect("config");
+    let expected = if name == "wan21_small" {
+        WanConfig::small21()
+    } else {
+        WanConfig::small22()
+    };
+    assert_eq!(config, expected, "config detected from {name}'s weights");
+    let decoder = WanDecoder::load(&config, &mut weights, &device, dtype);
+    let (z, z_shape) = read_f32(&dir.join("io.safetensors"), "z");
+    let z = Tensor::<5>::from_data(TensorData::new(z, z_shape), &device).cast(dtype);
+    let ctx = Ctx::new(fused, false);
+    let out = decoder.decode(z, &ctx, |_, _| {});
+    // 29 norm + SiLU sites and 1 plain norm per latent frame in Wan2.1's full layout; the small
+    // models have the same structure (2 + 3 per stage resnets x 2 norms + head + attention).
+    assert_eq!(ctx.norm_calls.get(), 3 * 30, "norm calls for 3 latent frames");
+    let (want, want_shape) = read_f32(&dir.join("io.safetensors"), "decoded_unclamped");
+    assert_eq!(out.dims().to_vec(), want_shape, "output shape");
+    let got = values(out.cast(DType::F32));
+    (got, want.iter().map(|&v| v as f64).collect())
+}
+
+/// max |got - want| / max |want| (the fixtures' outputs are O(1); elementwise relative error
+/// is meaningless where the output crosses zero).
+fn max_relative_error(got: &[f64], want: &[f64]) -> f64 {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(want)
+        .fold(0.0f64, |m, (g, w)| m.max((g - w).abs()));
+    worst / scale
+}
+
+#[test]
+fn wan21_small_matches_pytorch_in_f32() {
+    let (got, want) = decode_fixture("wan21_small", true, DType::F32);
+    let err = max_relative_error(&got, &want);
+    eprintln!("wan21_small fused f32: max error / max |ref| = {err:.2e}");
+    assert!(err <= 1e-4, "wan21_small: max relative error {err:.2e} > 1e-4");
+}
+
+#[test]
+fn wan22_small_matches_pytorch_in_f32() {
+    let (got, want) = decode_fixture("wan22_small", true, DType::F32);
+    let err = max_relative_error(&got, &want);
+    eprintln!("wan22_small fused f32: max error / max |ref| = {err:.2e}");
+    assert!(err <= 1e-4, "wan22_small: max relative error {err:.2e} > 1e-4");
+}
+
+#[test]
+fn composed_norms_match_pytorch_too() {
+    let (got, want) = decode_fixture("wan21_small", false, DType::F32);
+    let err = max_relative_error(&got, &want);
+    eprintln!("wan21_small composed f32: max error / max |ref| = {err:.2e}");
+    assert!(err <= 1e-4, "wan21_small unfused: max relative error {err:.2e} > 1e-4");
+}
+
+/// Every diffusers key of both published decoders maps to an original key of the same shape,
+/// one to one.
+#[test]
+fn original_names_map_one_to_one() {
+    let keys = fixtures().join("wan_keys");
+    let read = |file: &str| -> Vec<(String, String)> {
+        std::fs::read_to_string(keys.join(file))
+            .expect("key list")
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let (k, s) = l.split_once('\t').expect("key\tshape");
+                (k.to_string(), s.to_string())
+            })
+            .collect()
+    };
+    for (version, wan22) in [("wan21", false), ("wan22", true)] {
+        let diffusers = read(&format!("keys_{version}_decoder.tsv"));
+        let original: std::collections::HashMap<_, _> =
+            read(&format!("orig_keys_{version}_decoder.tsv")).into_iter().collect();
+        assert_eq!(diffusers.len(), original.len(), "{version}: key counts");
+        let mut seen = std::collections::HashSet::new();
+        for (key, shape) in &diffusers {
+            let mapped = original_key(key, wan22, 2);
+            assert_eq!(
+                original.get(&mapped),
+                Some(shape),
+                "{version}: `{key}` -> `{mapped}`"
+            );
+            assert!(seen.insert(mapped), "{version}: two keys map to one");
+        }
+    }
+}
+
+#[test]
+fn missing_and_misshaped_weights_name_the_key() {
+    let dir = fixtures().join("wan21_small");
+    let path = dir.join("diffusion_pytorch_model.safetensors");
+    let mut weights = Weights::from_file(path.to_str().unwrap()).expect("weights");
+    let config = WanConfig::small21();
+    let device = device();
+    let err = weights
+        .get("decoder.conv_in.weight", [64, 4, 3, 3, 1], &config, &device, DType::F32)
+        .unwrap_err();
+    assert!(
+        err.contains("`decoder.conv_in.weight`") && err.contains("[64, 4, 3, 3, 3]"),
+        "{err}"
+    );
+    let err = weights
+        .get("decoder.nope.weight", [1], &config, &device, DType::F32)
+        .unwrap_err();
+    assert!(err.contains("missing tensor `decoder.nope.weight`"), "{err}");
+    // A full-size decoder from the small file fails on its first tensor, naming it.
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        WanDecoder::load(&WanConfig::wan21(), &mut weights, &device, DType::F32)
+    }))
+    .unwrap_err();
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("`post_quant_conv.weight`"), "{msg}");
+}
