@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds release binaries here and packs them (stripped, xz) into gpu/ for the `device` tool,
 # which carries gpu/ to a GPU machine that has no Rust toolchain (at most two or three fit in
-# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench]   (default: tests demo)
+# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [wan]   (default: tests demo)
 # Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,10 @@ for w in "${what[@]}"; do
     case "$w" in
         tests) bin=$(artifact test --release --test main) ;;
         bench) bin=$(artifact bench --bench rmsnorm) ;;
-        demo) cargo build --release --example demo; bin=target/release/examples/demo ;;
+        demo) cargo build --release --tests --examples; bin=target/release/examples/demo ;;
+        wan) cargo build --release --tests --examples; bin=target/release/examples/wan_vae_decode
+             # The Wan2.1 cross-check fixture and key lists for the CUDA fixture tests.
+             mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan_keys gpu/fixtures/ ;;
         *) echo "unknown binary $w" >&2; exit 2 ;;
     esac
     cp "$bin" "gpu/$w"

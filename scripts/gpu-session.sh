@@ -24,7 +24,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt
 for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
-        tests) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 150 ./tests --test-threads=4) \
+        tests) (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout 150 \
+                   ./tests --test-threads=4) \
                    > "$out/tests.log" 2>&1 ;;
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
@@ -37,6 +38,19 @@ for step in "${steps[@]}"; do
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
+        wan) # Full-size Wan2.1 decoder (random weights), 480p latent [1, 16, 3, 60, 104], bf16:
+             # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi.
+             for mode in fused unfused; do
+                 extra=(); [ $mode = unfused ] && extra=(--unfused)
+                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+                     > "$out/wan-$mode-mem.txt" 2>/dev/null & smi=$!
+                 (cd gpu && timeout 200 ./wan --size full --frames 3 --height 60 --width 104 \
+                     --dtype bf16 --no-check --no-write --device cuda ${extra[@]+"${extra[@]}"} \
+                     --out "$out/wan-$mode") > "$out/wan-$mode.log" 2>&1
+                 kill $smi 2>/dev/null
+                 echo "wan $mode: peak $(sort -n "$out/wan-$mode-mem.txt" | tail -1) MiB" >> "$out/wan-$mode.log"
+                 tail -4 "$out/wan-$mode.log"
+             done ;;
         *) echo "unknown step $step"; continue ;;
     esac
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"

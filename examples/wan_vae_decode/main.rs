@@ -4,8 +4,10 @@
 //! ```text
 //! cargo run --release --example wan_vae_decode -- [--weights PATH] [--latent PATH |
 //!     --frames N --height H --width W] [--dtype bf16|f32] [--unfused] [--out DIR]
-//!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S]
+//!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S] [--no-check] [--no-write]
 //! ```
+//! After the timed decode it decodes again with the norm sites composed from Burn ops and
+//! prints the largest difference (skip with `--no-check`).
 //! Without `--weights` it builds a random-weight decoder (`--size small` by default: the
 //! cross-check fixtures' width, base 16) so it runs on the CPU runtime in seconds. `--latent`
 //! reads a safetensors file's `z` (or its only) tensor `[1, z_dim, T, h, w]`, de-normalised
@@ -73,7 +75,7 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
     let file = safetensors::SafeTensors::deserialize(&bytes)
         .unwrap_or_else(|e| fail(&format!("--latent {path}: not a safetensors file: {e}")));
     let names = file.names();
-    let name = if names.iter().any(|n| *n == "z") {
+    let name = if names.contains(&"z") {
         "z".to_string()
     } else if names.len() == 1 {
         names[0].to_string()
@@ -83,7 +85,9 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
     let view = file.tensor(&name).expect("listed tensor");
     let shape = view.shape().to_vec();
     if shape.len() != 5 {
-        fail(&format!("--latent {path}: `{name}` must be [B, z_dim, T, h, w], got {shape:?}"));
+        fail(&format!(
+            "--latent {path}: `{name}` must be [B, z_dim, T, h, w], got {shape:?}"
+        ));
     }
     let values: Vec<f32> = match view.dtype() {
         safetensors::Dtype::F32 => view
@@ -96,7 +100,9 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
             .chunks_exact(2)
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
-        other => fail(&format!("--latent {path}: dtype {other:?} (expected F32 or BF16)")),
+        other => fail(&format!(
+            "--latent {path}: dtype {other:?} (expected F32 or BF16)"
+        )),
     };
     Tensor::from_data(TensorData::new(values, shape), device)
 }
@@ -124,12 +130,21 @@ fn to_rgb(video: Tensor<5>) -> (Vec<Vec<u8>>, usize, usize) {
     (rgb, width, height)
 }
 
+fn flat(t: Tensor<5>) -> Vec<f32> {
+    t.cast(DType::F32)
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 values")
+}
+
 fn write_outputs(dir: &str, frames: &[Vec<u8>], width: usize, height: usize) {
     std::fs::create_dir_all(dir).unwrap_or_else(|e| fail(&format!("--out {dir}: {e}")));
     for (i, rgb) in frames.iter().enumerate() {
         let path = format!("{dir}/frame_{i:03}.png");
         let file = std::fs::File::create(&path).unwrap_or_else(|e| fail(&format!("{path}: {e}")));
-        let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width as u32, height as u32);
+        let mut encoder =
+            png::Encoder::new(std::io::BufWriter::new(file), width as u32, height as u32);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
         let mut writer = encoder.write_header().expect("png header");
@@ -191,7 +206,11 @@ fn main() {
                 (Some("wan22"), true) => WanConfig::wan22(),
                 (Some(other), _) => fail(&format!("--model must be wan21 or wan22, got `{other}`")),
             };
-            (config, Weights::random(seed), format!("random weights (seed {seed})"))
+            (
+                config,
+                Weights::random(seed),
+                format!("random weights (seed {seed})"),
+            )
         }
     };
     let load_start = Instant::now();
@@ -209,7 +228,11 @@ fn main() {
                     config.z_dim
                 ));
             }
-            if flag("--raw-latent") { z } else { denormalize(z, &config) }
+            if flag("--raw-latent") {
+                z
+            } else {
+                denormalize(z, &config)
+            }
         }
         None => {
             let shape = [
@@ -229,8 +252,16 @@ fn main() {
         "Wan VAE decoder (z {}, base {}, {}) on {device_name}, {dtype:?}, {} norm sites, {source}",
         config.z_dim,
         config.base_dim,
-        if config.residual { "Wan2.2 layout" } else { "Wan2.1 layout" },
-        if fused { "fused" } else { "composed (--unfused)" },
+        if config.residual {
+            "Wan2.2 layout"
+        } else {
+            "Wan2.1 layout"
+        },
+        if fused {
+            "fused"
+        } else {
+            "composed (--unfused)"
+        },
     );
     println!(
         "latent [1, {}, {latent_frames}, {h}, {w}] -> video [1, 3, {}, {}, {}]; weights loaded in {:.2} s",
@@ -245,9 +276,16 @@ fn main() {
     let ctx = Ctx::new(fused, true);
     let warm = Instant::now();
     let _ = decoder
-        .decode(z.clone().slice(burn::tensor::s![.., .., 0..1]), &ctx, |_, _| {})
+        .decode(
+            z.clone().slice(burn::tensor::s![.., .., 0..1]),
+            &ctx,
+            |_, _| {},
+        )
         .into_data();
-    println!("warm-up (compiles kernels): {:.2} s", warm.elapsed().as_secs_f64());
+    println!(
+        "warm-up (compiles kernels): {:.2} s",
+        warm.elapsed().as_secs_f64()
+    );
 
     let ctx = Ctx::new(fused, true);
     let start = Instant::now();
@@ -255,6 +293,7 @@ fn main() {
     let mut per_frame = Vec::new();
     let mut norm_before = Duration::ZERO;
     progress(0, latent_frames, Duration::ZERO);
+    let z_check = z.clone();
     let video = decoder.decode(z, &ctx, |i, out| {
         out.device().sync().expect("sync");
         let norm_now = ctx.norm_time.get();
@@ -263,9 +302,25 @@ fn main() {
         frame_start = Instant::now();
         progress(i + 1, latent_frames, start.elapsed());
     });
+    let total = start.elapsed();
+    if !flag("--no-check") {
+        // The same decode with the norm sites composed from Burn ops: the fused op must not
+        // change the video beyond rounding.
+        let check = decoder.decode(z_check, &Ctx::new(!fused, false), |_, _| {});
+        let (a, b) = (flat(video.clone()), flat(check));
+        let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        println!(
+            "check: fused vs composed norm sites, max |difference| / max |output| = {:.2e} \
+             (unclamped, {dtype:?})",
+            worst / scale
+        );
+    }
     let video = video.clamp(-1.0, 1.0);
     let (frames, width, height) = to_rgb(video);
-    let total = start.elapsed();
     for (i, (t, norm)) in per_frame.iter().enumerate() {
         println!(
             "latent frame {i}: {:8.2} ms, norm sites {:7.2} ms ({:4.1}%)",
@@ -284,6 +339,16 @@ fn main() {
         norm_total.as_secs_f64(),
         100.0 * norm_total.as_secs_f64() / total.as_secs_f64()
     );
-    write_outputs(&out_dir, &frames, width, height);
-    println!("wrote {} PNG frames and video.gif ({width}x{height}) to {out_dir}/", frames.len());
+    if flag("--no-write") {
+        println!(
+            "{} frames of {width}x{height} decoded (--no-write: nothing written)",
+            frames.len()
+        );
+    } else {
+        write_outputs(&out_dir, &frames, width, height);
+        println!(
+            "wrote {} PNG frames and video.gif ({width}x{height}) to {out_dir}/",
+            frames.len()
+        );
+    }
 }

@@ -112,18 +112,26 @@ impl WanConfig {
     /// `z_dim` from `post_quant_conv`, widths from `conv_out`, Wan2.2 from its `upsampler` keys.
     pub fn detect(shape: impl Fn(&str) -> Option<Vec<usize>>) -> Result<Self, String> {
         let need = |key: &str| {
-            shape(key).ok_or_else(|| format!("weights: missing tensor `{key}` (cannot detect the model)"))
+            shape(key)
+                .ok_or_else(|| format!("weights: missing tensor `{key}` (cannot detect the model)"))
         };
         let z_dim = need("post_quant_conv.weight")?[0];
         let conv_out = need("decoder.conv_out.weight")?;
         let residual = shape("decoder.up_blocks.0.upsampler.resample.1.weight").is_some();
         let mut num_res_blocks = 0;
-        while shape(&format!("decoder.up_blocks.0.resnets.{}.conv1.weight", num_res_blocks + 1))
-            .is_some()
+        while shape(&format!(
+            "decoder.up_blocks.0.resnets.{}.conv1.weight",
+            num_res_blocks + 1
+        ))
+        .is_some()
         {
             num_res_blocks += 1;
         }
-        let base = if residual { Self::wan22() } else { Self::wan21() };
+        let base = if residual {
+            Self::wan22()
+        } else {
+            Self::wan21()
+        };
         let (latents_mean, latents_std) = if !residual && z_dim == 16 {
             (WAN21_MEAN.to_vec(), WAN21_STD.to_vec())
         } else {

@@ -117,8 +117,13 @@ impl WanDecoder {
             });
         }
         let norm_out = Norm::load(&mut l, "decoder.norm_out", dims[4], true);
-        let conv_out =
-            CausalConv3d::load(&mut l, "decoder.conv_out", dims[4], config.out_channels, [3; 3]);
+        let conv_out = CausalConv3d::load(
+            &mut l,
+            "decoder.conv_out",
+            dims[4],
+            config.out_channels,
+            [3; 3],
+        );
         Self {
             post_quant_conv,
             conv_in,

@@ -133,7 +133,7 @@ enum Slot {
     /// An upsampler's time convolution was skipped on the first chunk.
     SkippedFirst,
     /// The last (up to two) input frames of the previous call.
-    Frames(Tensor<5>),
+    Frames(Box<Tensor<5>>),
 }
 
 impl FrameCache {
@@ -173,12 +173,12 @@ impl FrameCache {
     pub fn conv(&mut self, conv: &CausalConv3d, x: Tensor<5>) -> Tensor<5> {
         let (i, slot) = self.take();
         let previous = match slot {
-            Slot::Frames(f) => Some(f),
+            Slot::Frames(f) => Some(*f),
             _ => None,
         };
         let keep = Self::keep(&x, previous.as_ref(), false);
         let y = conv.forward(x, previous);
-        self.slots[i] = Slot::Frames(keep);
+        self.slots[i] = Slot::Frames(Box::new(keep));
         y
     }
 
@@ -194,13 +194,13 @@ impl FrameCache {
             Slot::SkippedFirst => {
                 let keep = Self::keep(&x, None, true);
                 let y = conv.forward(x, None);
-                self.slots[i] = Slot::Frames(keep);
+                self.slots[i] = Slot::Frames(Box::new(keep));
                 Some(y)
             }
             Slot::Frames(previous) => {
                 let keep = Self::keep(&x, Some(&previous), false);
-                let y = conv.forward(x, Some(previous));
-                self.slots[i] = Slot::Frames(keep);
+                let y = conv.forward(x, Some(*previous));
+                self.slots[i] = Slot::Frames(Box::new(keep));
                 Some(y)
             }
         }
@@ -364,7 +364,8 @@ impl Resample {
             .reshape([b * t, c, 2 * h, 2 * w]);
         let y = self.conv.forward(up);
         let c_out = y.dims()[1];
-        y.reshape([b, t, c_out, 2 * h, 2 * w]).permute([0, 2, 1, 3, 4])
+        y.reshape([b, t, c_out, 2 * h, 2 * w])
+            .permute([0, 2, 1, 3, 4])
     }
 }
 
@@ -380,7 +381,10 @@ pub struct DupUp3D {
 impl DupUp3D {
     pub fn new(c_in: usize, c_out: usize, factor_t: usize) -> Self {
         let factor = factor_t * 4;
-        assert!((c_out * factor).is_multiple_of(c_in), "DupUp3D: {c_in} -> {c_out}");
+        assert!(
+            (c_out * factor).is_multiple_of(c_in),
+            "DupUp3D: {c_in} -> {c_out}"
+        );
         Self {
             c_out,
             factor_t,

@@ -63,7 +63,9 @@ impl Weights {
             let Some(key) = name.strip_prefix(prefix.as_str()) else {
                 continue;
             };
-            let view = file.tensor(name).map_err(|e| format!("weights: `{name}`: {e}"))?;
+            let view = file
+                .tensor(name)
+                .map_err(|e| format!("weights: `{name}`: {e}"))?;
             let data = view.data();
             let values: Vec<f32> = match view.dtype() {
                 Dtype::F32 => data
@@ -225,7 +227,11 @@ pub fn original_key(key: &str, wan22: bool, num_res_blocks: usize) -> String {
     }
     if let Some(rest) = key.strip_prefix("decoder.mid_block.resnets.") {
         let (j, rest) = split_index(rest);
-        return format!("decoder.middle.{}.{}", if j == 0 { 0 } else { 2 }, residual(&rest));
+        return format!(
+            "decoder.middle.{}.{}",
+            if j == 0 { 0 } else { 2 },
+            residual(&rest)
+        );
     }
     if let Some(rest) = key.strip_prefix("decoder.mid_block.attentions.0.") {
         return format!("decoder.middle.1.{rest}");
@@ -236,16 +242,29 @@ pub fn original_key(key: &str, wan22: bool, num_res_blocks: usize) -> String {
         if let Some(rest) = rest.strip_prefix("resnets.") {
             let (j, rest) = split_index(rest);
             return if wan22 {
-                format!("decoder.upsamples.{stage}.upsamples.{j}.{}", residual(&rest))
+                format!(
+                    "decoder.upsamples.{stage}.upsamples.{j}.{}",
+                    residual(&rest)
+                )
             } else {
-                format!("decoder.upsamples.{}.{}", stage * per_stage + j, residual(&rest))
+                format!(
+                    "decoder.upsamples.{}.{}",
+                    stage * per_stage + j,
+                    residual(&rest)
+                )
             };
         }
         if let Some(rest) = rest.strip_prefix("upsampler.") {
-            return format!("decoder.upsamples.{stage}.upsamples.{}.{rest}", num_res_blocks + 1);
+            return format!(
+                "decoder.upsamples.{stage}.upsamples.{}.{rest}",
+                num_res_blocks + 1
+            );
         }
         if let Some(rest) = rest.strip_prefix("upsamplers.0.") {
-            return format!("decoder.upsamples.{}.{rest}", stage * per_stage + num_res_blocks + 1);
+            return format!(
+                "decoder.upsamples.{}.{rest}",
+                stage * per_stage + num_res_blocks + 1
+            );
         }
     }
     key.to_string()
