@@ -16,15 +16,16 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1
 }
-rm -f gpu/*.xz
+rm -f gpu/*.xz; rm -rf gpu/fixtures
 for w in "${what[@]}"; do
     case "$w" in
         tests) bin=$(artifact test --release --test main) ;;
         bench) bin=$(artifact bench --bench rmsnorm) ;;
         demo) cargo build --release --tests --examples; bin=target/release/examples/demo ;;
         wan) cargo build --release --tests --examples; bin=target/release/examples/wan_vae_decode
-             # The Wan2.1 cross-check fixture and key lists for the CUDA fixture tests.
-             mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan_keys gpu/fixtures/ ;;
+             # The cross-check fixtures and key lists for the CUDA fixture tests.
+             mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
+                 ../shared/fixtures/wan_keys gpu/fixtures/ ;;
         *) echo "unknown binary $w" >&2; exit 2 ;;
     esac
     cp "$bin" "gpu/$w"

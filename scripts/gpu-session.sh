@@ -38,6 +38,13 @@ for step in "${steps[@]}"; do
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
+        wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
+             for v in wan21_small wan22_small; do for dt in f32 bf16; do
+                 (cd gpu && timeout 60 ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
+                     --latent fixtures/$v/io.safetensors --dtype $dt --no-write --device cuda) \
+                     > "$out/wanfix-$v-$dt.log" 2>&1
+                 echo "$v $dt: $(grep -hE 'reference|check:' "$out/wanfix-$v-$dt.log" | tr '\n' ' ')"
+             done; done ;;
         wan) # Full-size Wan2.1 decoder (random weights), 480p latent [1, 16, 3, 60, 104], bf16:
              # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi.
              for mode in fused unfused; do

@@ -82,7 +82,15 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
     } else {
         fail(&format!("--latent {path}: no tensor `z` among {names:?}"))
     };
-    let view = file.tensor(&name).expect("listed tensor");
+    read_tensor(path, &name, device).expect("listed tensor")
+}
+
+/// The 5-D tensor `name` of a safetensors file, if it has one.
+fn read_tensor(path: &str, name: &str, device: &Device) -> Option<Tensor<5>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| fail(&format!("{path}: {e}")));
+    let file = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap_or_else(|e| fail(&format!("{path}: not a safetensors file: {e}")));
+    let view = file.tensor(name).ok()?;
     let shape = view.shape().to_vec();
     if shape.len() != 5 {
         fail(&format!(
@@ -104,7 +112,7 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
             "--latent {path}: dtype {other:?} (expected F32 or BF16)"
         )),
     };
-    Tensor::from_data(TensorData::new(values, shape), device)
+    Some(Tensor::from_data(TensorData::new(values, shape), device))
 }
 
 /// Frames `[3, F, H, W]` in [-1, 1] -> one RGB byte buffer per frame.
@@ -303,6 +311,20 @@ fn main() {
         progress(i + 1, latent_frames, start.elapsed());
     });
     let total = start.elapsed();
+    if let Some(path) = arg("--latent") {
+        // A cross-check fixture (`../shared/fixtures/wan*_small/io.safetensors`) also holds
+        // PyTorch's output: compare before the clamp.
+        if let Some(reference) = read_tensor(&path, "decoded_unclamped", &device) {
+            let (a, b) = (flat(video.clone()), flat(reference));
+            let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let worst = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            println!(
+                "reference: vs PyTorch's decoded_unclamped, max |difference| / max |reference| \
+                 = {:.2e} ({dtype:?})",
+                worst / scale
+            );
+        }
+    }
     if !flag("--no-check") {
         // The same decode with the norm sites composed from Burn ops: the fused op must not
         // change the video beyond rounding.
