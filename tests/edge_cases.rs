@@ -123,30 +123,40 @@ fn bitwise_deterministic_over_100_runs() {
     }
 }
 
-/// Calls from 4 threads on one device, and interleaved on two devices, stay correct.
+/// Calls from 4 threads on one device, then from 4 threads interleaved on two devices (the
+/// device under test and a second one: the CubeCL CPU runtime next to CUDA on a GPU machine,
+/// Flex next to the CPU runtime elsewhere), stay correct. cubecl's kernel cache and the knob
+/// table are the only shared state.
 #[test]
 fn concurrent_calls_from_threads_and_devices() {
-    let devices = [device(), Device::flex()];
-    std::thread::scope(|scope| {
-        for t in 0..4 {
-            let device = devices[t % 2].clone();
-            scope.spawn(move || {
-                let mut rng = rng(&format!("thread {t}"));
-                for i in 0..5 {
-                    let channels = [64, 96, 160, 1000][(t + i) % 4];
-                    let rows = 3 + i;
-                    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
-                    let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
-                    let got = values(rms_norm_silu(
-                        tensor(&x, [rows, channels], DType::F32, &device),
-                        tensor(&gamma, [channels], DType::F32, &device),
-                        eps,
-                    ));
-                    assert_close(&got, &want, 1e-5, 1e-5, &format!("thread {t} call {i}"));
-                }
-            });
-        }
-    });
+    let second = if on_gpu() {
+        Device::cpu()
+    } else {
+        Device::flex()
+    };
+    for devices in [[device(), device()], [device(), second]] {
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let device = devices[t % 2].clone();
+                scope.spawn(move || {
+                    let mut rng = rng(&format!("thread {t}"));
+                    for i in 0..5 {
+                        let channels = [64, 96, 160, 1000][(t + i) % 4];
+                        let rows = 3 + i;
+                        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
+                        let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+                        let got = values(rms_norm_silu(
+                            tensor(&x, [rows, channels], DType::F32, &device),
+                            tensor(&gamma, [channels], DType::F32, &device),
+                            eps,
+                        ));
+                        let what = format!("thread {t} call {i} on {device:?}");
+                        assert_close(&got, &want, 1e-5, 1e-5, &what);
+                    }
+                });
+            }
+        });
+    }
 }
 
 /// Magnitudes near the f32/bf16 maximum, where the fp32 sum of squares overflows, and tiny

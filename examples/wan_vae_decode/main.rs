@@ -317,7 +317,10 @@ fn main() {
         if let Some(reference) = read_tensor(&path, "decoded_unclamped", &device) {
             let (a, b) = (flat(video.clone()), flat(reference));
             let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let worst = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            let worst = a
+                .iter()
+                .zip(&b)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
             println!(
                 "reference: vs PyTorch's decoded_unclamped, max |difference| / max |reference| \
                  = {:.2e} ({dtype:?})",
