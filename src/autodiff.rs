@@ -1,5 +1,7 @@
 //! Autodiff: the forward runs the inner backend's op (the fused kernel on CubeCL backends) and
-//! registers a backward node whose gradients come from [`crate::composed::backward`].
+//! registers a backward node whose gradients come from the inner backend's
+//! [`RmsNormSiluBackend::rms_norm_silu_backward`] (the fused backward kernels on CubeCL
+//! backends over the last axis, composed ops otherwise).
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -10,7 +12,6 @@ use burn::backend::autodiff::{
 use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
 use crate::backend::RmsNormSiluBackend;
-use crate::composed;
 
 #[derive(Debug)]
 struct RmsNormSiluBackward;
@@ -26,7 +27,7 @@ struct SavedInputs<B: Backend> {
     silu: bool,
 }
 
-impl<B: Backend> Backward<B, 2> for RmsNormSiluBackward {
+impl<B: Backend + RmsNormSiluBackend> Backward<B, 2> for RmsNormSiluBackward {
     type State = SavedInputs<B>;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -39,7 +40,7 @@ impl<B: Backend> Backward<B, 2> for RmsNormSiluBackward {
             silu,
         } = ops.state;
         let dy = grads.consume::<B>(&ops.node);
-        let (dx, dgamma) = composed::backward_dim::<B>(x, gamma, dy, dim, eps, floor, silu);
+        let (dx, dgamma) = B::rms_norm_silu_backward(x, gamma, dy, dim, eps, floor, silu);
         let [x_parent, gamma_parent] = ops.parents;
         if let Some(node) = x_parent {
             grads.register::<B>(node.id, dx);

@@ -1,9 +1,9 @@
 // The macro-generated dispatch names the deprecated NdArray backend, which issue 2 asks for.
 #![allow(deprecated)]
 
-//! The backend extension: one trait method, implemented by the fused kernel on CubeCL backends
-//! (and, generated, under Fusion), by the composed Burn ops elsewhere, and with a registered
-//! backward under Autodiff.
+//! The backend extension: the forward (last axis, any axis) and its backward, implemented by
+//! the fused kernels on CubeCL backends (and, generated, under Fusion), by the composed Burn ops
+//! elsewhere; under Autodiff the forward registers a backward node that calls the backward.
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 
@@ -44,6 +44,24 @@ pub trait RmsNormSiluBackend: Backend {
         silu: bool,
     ) -> FloatTensor<Self> {
         crate::composed::forward_dim::<Self>(x, gamma, dim, eps, floor, silu)
+    }
+
+    /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient
+    /// `dy`: `dx` with `x`'s shape and dtype, `dgamma` with `gamma`'s. The Autodiff backend's
+    /// backward node calls it; CubeCL backends run the fused backward kernels over the last
+    /// axis (dgamma reduced deterministically), everything else the composed ops.
+    #[fusion(meta = |x, gamma, _dy, _dim, _eps, _floor, _silu| (x.clone(), gamma.clone()))]
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_silu_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        dim: usize,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        crate::composed::backward_dim::<Self>(x, gamma, dy, dim, eps, floor, silu)
     }
 }
 

@@ -6,6 +6,7 @@ use burn_cubecl::{
     CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
     tensor::CubeTensor,
 };
+use rmsnorm_silu_kernels::backward::launch_backward;
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, launch_forward, select_knobs};
@@ -43,6 +44,96 @@ impl RmsNormSiluBackend for CubeBackend {
             NormParams { eps, floor },
             Activation::silu_if(silu),
         )
+    }
+
+    fn rms_norm_silu_backward(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        dy: CubeTensor,
+        dim: usize,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+    ) -> (CubeTensor, CubeTensor) {
+        backward(
+            x,
+            gamma,
+            dy,
+            dim,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+        )
+    }
+}
+
+/// The fused backward over the last axis (`kernels::backward`), on dense rows (other layouts
+/// are copied); composed Burn ops for another axis, no rows, or rows too wide for the kernel's
+/// register cache.
+pub fn backward(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    dy: CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> (CubeTensor, CubeTensor) {
+    let shape = x.shape();
+    let rank = shape.num_dims();
+    let channels = shape[rank - 1];
+    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
+    let composed = |x, gamma, dy| {
+        crate::composed::backward_dim::<CubeBackend>(
+            x,
+            gamma,
+            dy,
+            dim,
+            norm.eps,
+            norm.floor,
+            activation == Activation::Silu,
+        )
+    };
+    if dim + 1 != rank || rows == 0 {
+        return composed(x, gamma, dy);
+    }
+    let dense = |t: CubeTensor| {
+        let t = if row_pitch(t.meta.shape(), t.meta.strides()) == Some(channels)
+            && !t.meta.is_tiled()
+        {
+            t
+        } else {
+            into_contiguous(t)
+        };
+        (row_pitch(t.meta.shape(), t.meta.strides()) == Some(channels)).then_some(t)
+    };
+    let (Some(xd), Some(dyd)) = (dense(x.clone()), dense(dy.clone())) else {
+        return composed(x, gamma, dy);
+    };
+    let gd = into_contiguous(gamma.clone());
+    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
+    let dgamma = empty_device_contiguous_dtype(
+        gamma.client.clone(),
+        gamma.device.clone(),
+        gamma.shape(),
+        gamma.dtype,
+    );
+    match launch_backward(
+        &x.client,
+        xd.handle.clone(),
+        gd.handle.clone(),
+        dyd.handle.clone(),
+        dx.handle.clone(),
+        dgamma.handle.clone(),
+        x_type,
+        gamma_type,
+        rows,
+        channels,
+        norm,
+        activation,
+    ) {
+        Ok(()) => (dx, dgamma),
+        // Rows too wide for the register cache on this device.
+        Err(_) => composed(x, gamma, dy),
     }
 }
 

@@ -24,8 +24,17 @@ fn composed_reference(x: Tensor<2>, gamma: Tensor<1>, options: RmsNormSiluOption
 }
 
 fn check_gradients(device: &Device, options: RmsNormSiluOptions, what: &str) {
+    check_gradients_on(device, options, what, 7, 48);
+}
+
+fn check_gradients_on(
+    device: &Device,
+    options: RmsNormSiluOptions,
+    what: &str,
+    rows: usize,
+    channels: usize,
+) {
     let mut rng = rng(what);
-    let (rows, channels) = (7, 48);
     let mut x = round_to(&randn(&mut rng, rows * channels), DType::F32);
     x[..channels].iter_mut().for_each(|v| *v *= 1e-3);
     let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
@@ -66,6 +75,23 @@ fn gradients_match_burn_autodiff_of_the_composition() {
     );
     // Rows far above the floor: the clamp is inactive and the gradient is the RMS one.
     check_gradients(&device, RmsNormSiluOptions::wan(), "cube wan");
+    // One row, many rows over several cubes, and a row too wide for the backward kernel's
+    // register cache on the CPU runtime (composed backward there, the kernel on a GPU).
+    check_gradients_on(
+        &device,
+        RmsNormSiluOptions::rms(1e-5),
+        "cube one row",
+        1,
+        160,
+    );
+    check_gradients_on(
+        &device,
+        RmsNormSiluOptions::rms(1e-5),
+        "cube many rows",
+        257,
+        96,
+    );
+    check_gradients_on(&device, RmsNormSiluOptions::rms(1e-5), "cube wide", 3, 4096);
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub fn upload(values: &[f64], shape: Vec<usize>, dtype: DType, device: &CubeDevi
     t
 }
 
-fn download(t: CubeTensor) -> Vec<f64> {
+pub fn download(t: CubeTensor) -> Vec<f64> {
     read_sync(CubeBackend::float_into_data(t))
         .expect("read back")
         .iter::<f64>()

@@ -7,6 +7,7 @@
 mod common;
 
 mod autodiff;
+mod backward;
 mod channels;
 mod edge_cases;
 mod errors;

@@ -9,11 +9,13 @@
 //!   per-architecture table ([`lut`]), a heuristic valid everywhere;
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
+//! - [`backward`]: the fused backward (dx, and dgamma reduced deterministically);
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos;
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
+pub mod backward;
 pub mod channels;
 pub mod formats;
 pub mod forward;

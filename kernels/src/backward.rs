@@ -1,0 +1,359 @@
+//! The fused backward over the last axis: `dx` in one pass over each row (x and dy read once,
+//! held in registers), `dgamma` reduced deterministically in two stages.
+//!
+//! With `xhat = x r`, `u = xhat gamma`, `y = act(u)` and `du = dy act'(u)`:
+//! - `dgamma_c = sum_rows du_c xhat_c`;
+//! - `dx = r (du gamma - xhat mean_C(du gamma xhat))` while `ms + eps >= floor`, and
+//!   `dx = r du gamma` where the clamp is active (`r` is then a constant).
+//!
+//! Each unit accumulates the `dgamma` contributions of its columns over the rows it visits in
+//! registers and writes them to one row of a `[units rows, C]` f32 scratch buffer; a second
+//! kernel sums that buffer's rows in a fixed order. No float atomics: the result depends only
+//! on the device, the shape and the launch configuration, never on scheduling.
+//!
+//! The mapping is the forward row kernel's: `lanes_per_row` units per row (plane shuffles or a
+//! shared-memory tree), `rows_per_cube` rows per cube, a persistent grid-stride loop. Rows are
+//! held in registers (`vectors_per_lane` comptime), so very wide rows are refused and the
+//! caller falls back to composed ops. Unlike the forward, sums of squares are not rescued
+//! when they overflow fp32 (|x| above ~1e19).
+
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::forward::ForwardError;
+use crate::knobs::LaneReduce;
+use crate::params::{Activation, NormParams};
+
+/// The comptime shape of a backward launch.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct BackwardConfig {
+    pub lanes_per_row: u32,
+    pub rows_per_cube: u32,
+    pub vectors_per_lane: usize,
+    pub lane_reduce: LaneReduce,
+    pub activation: Activation,
+}
+
+/// Sum of `v` over the lanes of a row; every lane gets it. All units of the cube must call it
+/// (uniformly), as it may use cube barriers.
+#[cube]
+fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) -> f32 {
+    let lanes = cfg.lanes_per_row;
+    let steps = comptime![lanes.trailing_zeros()];
+    let mut total = v;
+    if comptime![lanes > 1] {
+        match comptime![cfg.lane_reduce] {
+            LaneReduce::Plane =>
+            {
+                #[unroll]
+                for k in 0..steps {
+                    let mask = (lanes >> 1) >> k;
+                    total += plane_shuffle_xor(total, mask);
+                }
+            }
+            LaneReduce::Shared => {
+                let lanes_usize = comptime![lanes as usize];
+                let lane = UNIT_POS_X as usize;
+                let first = UNIT_POS_Y as usize * lanes_usize;
+                shared[first + lane] = v;
+                sync_cube();
+                #[unroll]
+                for k in 0..steps {
+                    let stride = ((lanes >> 1) >> k) as usize;
+                    if lane < stride {
+                        let other = shared[first + lane + stride];
+                        shared[first + lane] += other;
+                    }
+                    sync_cube();
+                }
+                total = shared[first];
+                sync_cube();
+            }
+        }
+    }
+    total
+}
+
+#[cube]
+fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
+    let mut sum = 0.0f32;
+    #[unroll]
+    for k in 0..N::value() {
+        sum += v.extract(k);
+    }
+    sum
+}
+
+/// `dy * act'(u)`: SiLU' = `s (1 + u (1 - s))` with `s = sigmoid(u)`.
+#[cube]
+fn activation_grad<N: Size>(
+    dy: Vector<f32, N>,
+    u: Vector<f32, N>,
+    #[comptime] activation: Activation,
+) -> Vector<f32, N> {
+    let mut du = dy;
+    if comptime![activation == Activation::Silu] {
+        let one = Vector::<f32, N>::new(1.0f32);
+        let s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
+        du = dy * s * (one + u * (one - s));
+    }
+    du
+}
+
+/// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per unit
+/// row (`partial[(CUBE_POS * rows_per_cube + y) * vecs_per_row + j]`).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[Vector<G, N>],
+    dy: &[Vector<E, N>],
+    dx: &mut [Vector<E, N>],
+    partial: &mut [Vector<f32, N>],
+    rows: usize,
+    vecs_per_row: usize,
+    inv_channels: f32,
+    eps: f32,
+    floor: f32,
+    #[comptime] cfg: BackwardConfig,
+    #[define(E, G)] _types: [ElemType; 2],
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let vpl = comptime![cfg.vectors_per_lane];
+    let shared_len = comptime![match cfg.lane_reduce {
+        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
+        LaneReduce::Plane => 1usize,
+    }];
+    let mut shared = Shared::<[f32]>::new_slice(shared_len);
+    let lane = UNIT_POS_X as usize;
+    let y = UNIT_POS_Y as usize;
+
+    let mut g = Array::<Vector<f32, N>>::new(vpl);
+    let mut dg = Array::<Vector<f32, N>>::new(vpl);
+    let mut xs = Array::<Vector<f32, N>>::new(vpl);
+    let mut dus = Array::<Vector<f32, N>>::new(vpl);
+    #[unroll]
+    for i in 0..vpl {
+        let j = lane + i * lanes;
+        g[i] = Vector::<f32, N>::new(0.0f32);
+        dg[i] = Vector::<f32, N>::new(0.0f32);
+        if j < vecs_per_row {
+            g[i] = Vector::<f32, N>::cast_from(gamma[j]);
+        }
+    }
+
+    #[allow(clippy::manual_div_ceil)]
+    let groups = (rows + rows_per_cube - 1) / rows_per_cube;
+    let mut group = CUBE_POS;
+    while group < groups {
+        let row = group * rows_per_cube + y;
+        let active = row < rows;
+        let base = row * vecs_per_row;
+        let mut acc = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for i in 0..vpl {
+            let j = lane + i * lanes;
+            xs[i] = Vector::<f32, N>::new(0.0f32);
+            dus[i] = Vector::<f32, N>::new(0.0f32);
+            if active && j < vecs_per_row {
+                xs[i] = Vector::<f32, N>::cast_from(x[base + j]);
+                dus[i] = Vector::<f32, N>::cast_from(dy[base + j]);
+                acc += xs[i] * xs[i];
+            }
+        }
+        let sum_sq = row_sum(horizontal_sum::<N>(acc), &mut shared, cfg);
+        let d = sum_sq * inv_channels + eps;
+        let clamped = d < floor;
+        let r = select(clamped, floor, d).inverse_sqrt();
+        let rv = Vector::<f32, N>::new(r);
+
+        // du = dy act'(u), and the row's mean of (du gamma xhat).
+        let mut acc2 = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for i in 0..vpl {
+            let xhat = xs[i] * rv;
+            let du = activation_grad::<N>(dus[i], xhat * g[i], cfg.activation);
+            dus[i] = du;
+            acc2 += du * g[i] * xhat;
+        }
+        let dot = row_sum(horizontal_sum::<N>(acc2), &mut shared, cfg);
+        let mean = Vector::<f32, N>::new(select(clamped, 0.0f32, dot * inv_channels));
+
+        #[unroll]
+        for i in 0..vpl {
+            let j = lane + i * lanes;
+            if active && j < vecs_per_row {
+                let xhat = xs[i] * rv;
+                dx[base + j] = Vector::<E, N>::cast_from((dus[i] * g[i] - xhat * mean) * rv);
+                dg[i] += dus[i] * xhat;
+            }
+        }
+        group += CUBE_COUNT;
+    }
+
+    let partial_row = CUBE_POS * rows_per_cube + y;
+    #[unroll]
+    for i in 0..vpl {
+        let j = lane + i * lanes;
+        if j < vecs_per_row {
+            partial[partial_row * vecs_per_row + j] = dg[i];
+        }
+    }
+}
+
+/// `dgamma[j] = sum_p partial[p * vecs + j]`, `p` in increasing order.
+#[cube(launch_unchecked)]
+pub fn reduce_dgamma<G: Float, N: Size>(
+    partial: &[Vector<f32, N>],
+    dgamma: &mut [Vector<G, N>],
+    parts: usize,
+    vecs: usize,
+    #[define(G)] _gamma_type: ElemType,
+) {
+    let mut j = ABSOLUTE_POS;
+    let step = CUBE_COUNT * CUBE_DIM as usize;
+    while j < vecs {
+        let mut acc = Vector::<f32, N>::new(0.0f32);
+        for p in 0..parts {
+            acc += partial[p * vecs + j];
+        }
+        dgamma[j] = Vector::<G, N>::cast_from(acc);
+        j += step;
+    }
+}
+
+/// Largest register cache per lane, in vectors (GPU, and the CPU runtime where a row has only
+/// two units and a bigger cache would unroll into very long code).
+const MAX_VECTORS_PER_LANE_GPU: usize = 8;
+const MAX_VECTORS_PER_LANE_CPU: usize = 64;
+
+/// Launches the backward on dense `[rows, C]` tensors: `x`, `dy` and `dx` of `x_type`, `gamma`
+/// and `dgamma` (`[C]`) of `gamma_type`. Refuses (so the caller can use composed ops) rows
+/// too wide for the register cache of this device.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_backward(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    dy: Handle,
+    dx: Handle,
+    dgamma: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    rows: usize,
+    channels: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> Result<(), ForwardError> {
+    let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
+    if channels == 0 {
+        return Ok(());
+    }
+    let props = client.properties();
+    let hw = &props.hardware;
+    let offsets = [&x, &dy, &dx].map(|h| h.offset_start.unwrap_or(0));
+    let g_offsets = [&gamma, &dgamma].map(|h| h.offset_start.unwrap_or(0));
+    let vector_size = [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&v| {
+            v * x_type.size() <= 16
+                && v <= hw.max_vector_size
+                && channels.is_multiple_of(v)
+                && offsets
+                    .iter()
+                    .all(|o| o.is_multiple_of((v * x_type.size()) as u64))
+                && g_offsets
+                    .iter()
+                    .all(|o| o.is_multiple_of((v * gamma_type.size()) as u64))
+        })
+        .unwrap_or(1);
+    let vecs = channels / vector_size;
+    let has_plane_ops = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
+    let plane = if has_plane_ops {
+        hw.plane_size_min as usize
+    } else {
+        1
+    };
+    let gpu = plane >= 32;
+    let max_units = hw.max_units_per_cube as usize;
+    let cap = if gpu {
+        MAX_VECTORS_PER_LANE_GPU
+    } else {
+        MAX_VECTORS_PER_LANE_CPU
+    };
+    let lanes = vecs.div_ceil(cap).next_power_of_two().max(1);
+    let max_lanes = if gpu { max_units.min(1024) } else { max_units };
+    if lanes > max_lanes {
+        return refuse(format!(
+            "backward: C = {channels} needs {lanes} lanes per row, this device has {max_lanes}"
+        ));
+    }
+    let lane_reduce = if lanes <= plane {
+        LaneReduce::Plane
+    } else {
+        LaneReduce::Shared
+    };
+    let rows_per_cube = if gpu {
+        (256 / lanes).max(1)
+    } else {
+        (max_units / lanes).max(1)
+    };
+    let cfg = BackwardConfig {
+        lanes_per_row: lanes as u32,
+        rows_per_cube: rows_per_cube as u32,
+        vectors_per_lane: vecs.div_ceil(lanes),
+        lane_reduce,
+        activation,
+    };
+    let groups = rows.div_ceil(rows_per_cube).max(1);
+    let cubes = match hw.num_streaming_multiprocessors {
+        Some(sms) if gpu => {
+            groups.min(sms as usize * (2048 / (lanes * rows_per_cube)).clamp(1, 16))
+        }
+        _ => groups.min(64),
+    };
+    let parts = cubes * rows_per_cube;
+    let partial = client.empty(parts * channels * 4);
+    let len = rows * vecs;
+    log::debug!("rms_norm_backward_rows: rows={rows} C={channels} {cfg:?} cubes={cubes}");
+    unsafe {
+        rms_norm_backward_rows::launch_unchecked(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_2d(lanes as u32, rows_per_cube as u32),
+            AddressType::from_len((len * vector_size).max(parts * channels)),
+            vector_size,
+            BufferArg::from_raw_parts(x, len.max(1)),
+            BufferArg::from_raw_parts(gamma, vecs),
+            BufferArg::from_raw_parts(dy, len.max(1)),
+            BufferArg::from_raw_parts(dx, len.max(1)),
+            BufferArg::from_raw_parts(partial.clone(), parts * vecs),
+            rows,
+            vecs,
+            (1.0f64 / channels as f64) as f32,
+            norm.eps,
+            norm.floor,
+            cfg,
+            [x_type, gamma_type],
+        );
+        let threads = 256.min(max_units.max(1)) as u32;
+        let reduce_cubes = vecs.div_ceil(threads as usize).max(1) as u32;
+        reduce_dgamma::launch_unchecked(
+            client,
+            CubeCount::new_1d(reduce_cubes),
+            CubeDim::new_1d(threads),
+            vector_size,
+            BufferArg::from_raw_parts(partial, parts * vecs),
+            BufferArg::from_raw_parts(dgamma, vecs),
+            parts,
+            vecs,
+            gamma_type,
+        );
+    }
+    Ok(())
+}
