@@ -5,6 +5,7 @@
 //! cargo bench --bench rmsnorm -- tune          # sweep knobs per shape, write kernels/lut/sm<NN>.txt
 //! cargo bench --bench rmsnorm -- fallback      # heuristic vs best knobs on shapes outside the LUT
 //! cargo bench --bench rmsnorm -- channels      # the Wan VAE's channel-axis shapes, both layouts
+//! cargo bench --bench rmsnorm -- backward      # the fused backward against its copy roof
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //! ```
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
@@ -44,6 +45,8 @@ struct Args {
     device: String,
 }
 
+const MODES: [&str; 5] = ["bench", "tune", "fallback", "channels", "backward"];
+
 fn args() -> Args {
     let raw: Vec<String> = std::env::args()
         .skip(1)
@@ -55,12 +58,11 @@ fn args() -> Args {
             .and_then(|i| raw.get(i + 1).cloned())
     };
     Args {
-        mode: raw
-            .iter()
-            .find(|a| !a.starts_with("--"))
-            .filter(|a| ["bench", "tune", "fallback", "channels"].contains(&a.as_str()))
-            .cloned()
-            .unwrap_or_else(|| "bench".into()),
+        mode: match raw.first().filter(|a| !a.starts_with("--")) {
+            None => "bench".into(),
+            Some(m) if MODES.contains(&m.as_str()) => m.clone(),
+            Some(m) => panic!("unknown mode `{m}`: expected one of {MODES:?}"),
+        },
         out: value("--out").unwrap_or_else(|| "target/bench".into()),
         lut: value("--lut"),
         quick: raw.iter().any(|a| a == "--quick"),
@@ -500,6 +502,56 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     write_file(args, "bench.csv", &csv);
 }
 
+/// The fused backward (dx and dgamma) on bf16 rows, against a copy of the same bytes: it reads
+/// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
+/// a copy of 3 bytes per element.
+fn backward(timer: &mut Timer, args: &Args) {
+    use burn_rmsnorm_silu::kernels::backward::launch_backward;
+    let client = timer.client.clone();
+    let mut csv = String::from("c,t,kernel_us,copy_us,ratio_to_copy,gbps\n");
+    for c in [96usize, 192, 384, 1024] {
+        for t in [24_960usize, 99_840, 399_360] {
+            let n = t * c;
+            let x = timer.random(BF16, n, -5.0, 20.0);
+            let dy = timer.random(BF16, n, -1.0, 2.0);
+            let gamma = timer.random(BF16, c, 0.5, 1.5);
+            let dx = client.empty(n * 2);
+            let dgamma = client.empty(c * 2);
+            let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
+            let copy = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
+            let kernel = median(&timer.time(2, 50, || {
+                launch_backward(
+                    &client,
+                    x.clone(),
+                    gamma.clone(),
+                    dy.clone(),
+                    dx.clone(),
+                    dgamma.clone(),
+                    BF16,
+                    BF16,
+                    t,
+                    c,
+                    NormParams::rms(1e-6 / c as f32),
+                    Activation::Silu,
+                )
+                .expect("launch")
+            }));
+            let gbps = (n * 6 + c * 4) as f64 / kernel / 1e3;
+            writeln!(
+                csv,
+                "{c},{t},{kernel:.2},{copy:.2},{:.3},{gbps:.1}",
+                kernel / copy
+            )
+            .unwrap();
+            println!(
+                "backward C={c:5} T={t:7}: {kernel:9.2} us, copy {copy:9.2} us, x{:.3}, {gbps:.0} GB/s",
+                kernel / copy
+            );
+        }
+    }
+    write_file(args, "backward.csv", &csv);
+}
+
 fn main() {
     let args = args();
     let device = match args.device.as_str() {
@@ -522,6 +574,7 @@ fn main() {
         "tune" => tune(&mut timer, &args),
         "fallback" => fallback(&mut timer, &args),
         "channels" => channels(&mut timer, &args),
+        "backward" => backward(&mut timer, &args),
         _ => bench(&mut timer, &device, &args),
     }
 }

@@ -19,7 +19,7 @@ chmod +x gpu/tests gpu/bench 2>/dev/null
 printf '[compilation]\ncache = true\n' > gpu/cubecl.toml
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests tune fallback channels bench torch)
+[ ${#steps[@]} -gt 0 ] || steps=(tests sanitize fallback channels backward bench torch)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 for step in "${steps[@]}"; do
     start=$(date +%s)
@@ -36,6 +36,7 @@ for step in "${steps[@]}"; do
                    > "$out/tune.log" 2>&1 ;;
         fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
+        backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
