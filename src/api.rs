@@ -134,7 +134,7 @@ pub fn rms_norm_silu_dim<const D: usize>(
 }
 
 /// Panics with a message naming the argument on bad input; returns C (the length of `dim`).
-fn check_arguments<const D: usize>(
+pub(crate) fn check_arguments<const D: usize>(
     x: &Tensor<D>,
     gamma: &Tensor<1>,
     dim: usize,

@@ -9,7 +9,10 @@ use burn::backend::autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
-use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
+use burn::backend::{
+    Backend, TensorMetadata,
+    tensor::{FloatTensor, QuantizedTensor},
+};
 
 use crate::backend::RmsNormSiluBackend;
 
@@ -61,6 +64,20 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
     ) -> FloatTensor<Self> {
         let last = x.shape().num_dims() - 1;
         Self::rms_norm_silu_dim(x, gamma, last, eps, floor, silu)
+    }
+
+    /// Quantised outputs are not differentiable: the inner backend's op on the inner tensors.
+    fn rms_norm_silu_fp8(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> QuantizedTensor<Self> {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        B::rms_norm_silu_fp8(x, gamma, eps, floor, silu, scale)
     }
 
     fn rms_norm_silu_dim(

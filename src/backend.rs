@@ -5,7 +5,10 @@
 //! the fused kernels on CubeCL backends (and, generated, under Fusion), by the composed Burn ops
 //! elsewhere; under Autodiff the forward registers a backward node that calls the backward.
 
-use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+use burn::backend::{
+    Backend, backend_extension,
+    tensor::{FloatTensor, QuantizedTensor},
+};
 
 /// Backends that can run the fused RMSNorm (+ SiLU).
 ///
@@ -44,6 +47,22 @@ pub trait RmsNormSiluBackend: Backend {
         silu: bool,
     ) -> FloatTensor<Self> {
         crate::composed::forward_dim::<Self>(x, gamma, dim, eps, floor, silu)
+    }
+
+    /// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
+    /// as a quantised tensor (E4M3 values, per-tensor f32 scale `1 / scale`, so Burn's
+    /// `dequantize()` gives `q / scale`). CubeCL backends quantise inside the fused kernel;
+    /// other backends refuse with a clear error (see [`crate::fp8::unsupported`]).
+    #[fusion(dtype = burn::tensor::DType::QFloat(crate::fp8::fp8_scheme()), shape = x)]
+    fn rms_norm_silu_fp8(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> QuantizedTensor<Self> {
+        crate::fp8::unsupported::<Self>(x, gamma, eps, floor, silu, scale)
     }
 
     /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient

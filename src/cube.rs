@@ -3,12 +3,15 @@
 use burn::backend::TensorMetadata;
 use burn::tensor::DType;
 use burn_cubecl::{
-    CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
-    tensor::CubeTensor,
+    CubeBackend, kernel::into_contiguous, ops::empty_qtensor,
+    ops::numeric::empty_device_contiguous_dtype, tensor::CubeTensor,
 };
 use rmsnorm_silu_kernels::backward::launch_backward;
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
+use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
+use rmsnorm_silu_kernels::forward::launch_forward_fp8;
+use rmsnorm_silu_kernels::quant::write_f32;
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, launch_forward, select_knobs};
 
 use crate::backend::RmsNormSiluBackend;
@@ -46,6 +49,23 @@ impl RmsNormSiluBackend for CubeBackend {
         )
     }
 
+    fn rms_norm_silu_fp8(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> CubeTensor {
+        forward_fp8(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+            scale,
+        )
+    }
+
     fn rms_norm_silu_backward(
         x: CubeTensor,
         gamma: CubeTensor,
@@ -64,6 +84,70 @@ impl RmsNormSiluBackend for CubeBackend {
             Activation::silu_if(silu),
         )
     }
+}
+
+/// The row kernel writing FP8 E4M3 codes straight into a new quantised tensor's value buffer;
+/// the tensor's per-tensor scale word is set to `1 / scale` on the device.
+pub fn forward_fp8(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    scale: f32,
+) -> CubeTensor {
+    let shape = x.shape();
+    let channels = shape[shape.num_dims() - 1];
+    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
+    let x_type = elem_type(x.dtype, "x");
+    let gamma_type = elem_type(gamma.dtype, "gamma");
+    let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
+        into_contiguous(x)
+    } else {
+        x
+    };
+    let x_row_stride = row_pitch(x.meta.shape(), x.meta.strides()).unwrap_or(channels);
+    let gamma = into_contiguous(gamma);
+    let q = empty_qtensor(
+        shape,
+        crate::fp8::fp8_scheme(),
+        &x.device,
+        MemoryLayoutStrategy::Contiguous,
+    );
+    let (values, scales) = q
+        .quantized_handles()
+        .expect("a quantised tensor has handles");
+    write_f32(&x.client, scales.handle.clone(), 1.0 / scale);
+    if rows == 0 {
+        return q;
+    }
+    let problem = RowsProblem {
+        rows,
+        channels,
+        x_row_stride,
+        out_row_stride: channels,
+    };
+    let knobs = select_knobs(
+        &x.client,
+        problem,
+        x_type.size(),
+        gamma_type.size(),
+        common_alignment(&[&x, &gamma, &values]),
+    );
+    launch_forward_fp8(
+        &x.client,
+        x.handle.clone(),
+        gamma.handle.clone(),
+        values.handle.clone(),
+        x_type,
+        gamma_type,
+        problem,
+        norm,
+        activation,
+        scale,
+        &knobs,
+    )
+    .unwrap_or_else(|e| panic!("rms_norm_silu_fp8: {e} (rows {rows}, C {channels})"));
+    q
 }
 
 /// The fused backward over the last axis (`kernels::backward`), on dense rows (other layouts

@@ -74,3 +74,76 @@ fn fp8_codes_match_the_host_quantiser() {
         );
     }
 }
+
+/// The public API: a `QFloat` tensor (E4M3, per-tensor scale 1/scale) whose Burn
+/// `dequantize()` gives the host quantiser's `decode(encode(y * scale)) / scale` on the CubeCL
+/// device (the fused kernel quantises), and cuDNN's tolerance: dequantised within
+/// atol = rtol = 0.125 of `clamp(y * scale, ±448)`; odd C, one row, zero rows.
+#[test]
+fn fp8_api_returns_a_quantized_tensor_burn_dequantizes() {
+    use burn_rmsnorm_silu::fp8::fp8_scheme;
+    use burn_rmsnorm_silu::rms_norm_silu_fp8;
+    let mut rng = rng("fp8 api");
+    let device = device();
+    for (rows, channels, scale) in [
+        (17, 160, 1.0f32),
+        (1, 3, 64.0),
+        (6, 1000, 0.37),
+        (0, 8, 2.0),
+    ] {
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+        let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+        let q = rms_norm_silu_fp8(
+            tensor(&x, [rows, channels], DType::BF16, &device),
+            tensor(&gamma, [channels], DType::BF16, &device),
+            eps,
+            scale,
+        );
+        assert_eq!(q.dtype(), DType::QFloat(fp8_scheme()), "{device:?}");
+        assert_eq!(q.dims(), [rows, channels]);
+        let got = values(q.dequantize());
+        let mut differing = 0;
+        for (i, (&g, &y)) in got.iter().zip(&want).enumerate() {
+            let what = format!("{device:?} T={rows} C={channels} element {i}");
+            let clamped = (y * scale as f64).clamp(-448.0, 448.0);
+            let deq = g * scale as f64;
+            assert!(
+                (deq - clamped).abs() <= 0.125 + 0.125 * clamped.abs(),
+                "{what}: {deq} vs {clamped} (cuDNN tolerance)"
+            );
+            let code = e4m3_encode((y * scale as f64) as f32);
+            let expected = e4m3_decode(code) as f64;
+            if (deq - expected).abs() > 1e-6 * expected.abs() {
+                differing += 1;
+                // One E4M3 step at most (fp32 y next to a rounding boundary).
+                assert!(
+                    (deq / expected - 1.0).abs() <= 0.13,
+                    "{what}: {deq} vs {expected}"
+                );
+            }
+        }
+        let n = rows * channels;
+        assert!(
+            differing * 100 <= n,
+            "{device:?} T={rows} C={channels} scale={scale}: {differing} of {n} differ"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "`scale` must be finite and > 0, got 0")]
+fn fp8_scale_must_be_positive() {
+    let device = device();
+    let x = tensor(&[1.0; 8], [2, 4], DType::F32, &device);
+    let gamma = tensor(&[1.0; 4], [4], DType::F32, &device);
+    let _ = burn_rmsnorm_silu::rms_norm_silu_fp8(x, gamma, 1e-6, 0.0);
+}
+
+#[test]
+#[should_panic(expected = "FP8 output needs a CubeCL backend")]
+fn fp8_on_a_backend_without_the_kernel_is_refused() {
+    let device = burn::tensor::Device::flex();
+    let x = tensor(&[1.0; 8], [2, 4], DType::F32, &device);
+    let gamma = tensor(&[1.0; 4], [4], DType::F32, &device);
+    let _ = burn_rmsnorm_silu::rms_norm_silu_fp8(x, gamma, 1e-6, 1.0);
+}

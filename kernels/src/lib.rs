@@ -22,6 +22,7 @@ pub mod forward;
 pub mod knobs;
 pub mod lut;
 pub mod params;
+pub mod quant;
 pub mod reference;
 pub mod rescue;
 pub mod select;

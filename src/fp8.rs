@@ -1,0 +1,90 @@
+//! FP8 E4M3 output as a Burn quantised tensor.
+//!
+//! `q = sat_RN_e4m3(y * scale)` (the TransformerEngine / cuDNN convention: the caller gives the
+//! quantisation scale, the codes saturate at ±448 and NaN stays NaN), returned as a `QFloat`
+//! tensor with E4M3 values stored one per byte and a per-tensor f32 scale of `1 / scale`, which
+//! is Burn's convention (`dequantize()` multiplies by it), so `dequantize()` gives `q / scale`.
+
+use burn::backend::{
+    Backend,
+    tensor::{FloatTensor, QuantizedTensor},
+};
+use burn::tensor::Tensor;
+use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
+
+use crate::api::{RmsNormSiluOptions, check_arguments};
+use crate::backend::RmsNormSiluBackend;
+use burn::backend::Dispatch;
+
+/// The quantisation scheme of the FP8 outputs: E4M3 values, one per byte, per-tensor f32
+/// scale.
+pub fn fp8_scheme() -> QuantScheme {
+    QuantScheme::default()
+        .with_value(QuantValue::E4M3)
+        .with_store(QuantStore::Native)
+        .per_tensor(ScaleDtype::F32)
+}
+
+/// Backends without the fused kernel: refused. Composing the op and Burn's `quantize` would be
+/// the obvious fallback, but Burn's E4M3 quantisation on Flex rounds to the integer grid (0.2
+/// becomes 0), a wrong answer; a clear error is better.
+///
+/// # Panics
+/// Always.
+pub fn unsupported<B: Backend>(
+    _x: FloatTensor<B>,
+    _gamma: FloatTensor<B>,
+    _eps: f32,
+    _floor: f32,
+    _silu: bool,
+    _scale: f32,
+) -> QuantizedTensor<B> {
+    panic!(
+        "rms_norm_silu_fp8: FP8 output needs a CubeCL backend (CUDA or the CubeCL CPU runtime, \
+         `Device::cuda(..)` / `Device::cpu()`); this backend has no fused FP8 path"
+    )
+}
+
+/// [`rms_norm_silu_fp8_with`] with cuDNN semantics: `rsqrt(mean(x^2) + eps)`, then SiLU.
+///
+/// # Panics
+/// As [`crate::rms_norm_silu`], and when `scale` is not finite and positive.
+pub fn rms_norm_silu_fp8<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    eps: f32,
+    scale: f32,
+) -> Tensor<D> {
+    rms_norm_silu_fp8_with(x, gamma, RmsNormSiluOptions::rms(eps), scale)
+}
+
+/// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
+/// as a quantised (`QFloat`) tensor whose `dequantize()` gives `q / scale`. One fused kernel on
+/// CubeCL backends (the quantisation happens in registers: 1 byte written per element).
+///
+/// # Panics
+/// As [`crate::rms_norm_silu_with`], when `scale` is not finite and positive, and on backends
+/// other than CubeCL ones (see [`unsupported`]).
+pub fn rms_norm_silu_fp8_with<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    scale: f32,
+) -> Tensor<D> {
+    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
+    assert!(
+        scale.is_finite() && scale > 0.0,
+        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
+    );
+    let params = options.norm.params(channels);
+    let silu = options.activation == crate::Activation::Silu;
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        params.eps,
+        params.floor,
+        silu,
+        scale,
+    );
+    Tensor::from_dispatch(out)
+}
