@@ -10,7 +10,7 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::{
-    Backend, TensorMetadata,
+    AutodiffBackend, Backend, TensorMetadata,
     tensor::{FloatTensor, QuantizedTensor},
 };
 
@@ -78,6 +78,20 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
         let (x, _) = x.into_parts();
         let (gamma, _) = gamma.into_parts();
         B::rms_norm_silu_fp8(x, gamma, eps, floor, silu, scale)
+    }
+
+    fn rms_norm_silu_fp8_amax(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        let (q, amax) = B::rms_norm_silu_fp8_amax(x, gamma, eps, floor, silu, scale);
+        (q, <Self as AutodiffBackend>::from_inner(amax))
     }
 
     fn rms_norm_silu_dim(

@@ -62,7 +62,30 @@ pub trait RmsNormSiluBackend: Backend {
         silu: bool,
         scale: f32,
     ) -> QuantizedTensor<Self> {
-        crate::fp8::unsupported::<Self>(x, gamma, eps, floor, silu, scale)
+        crate::fp8::unsupported::<Self, _>(x, gamma, eps, floor, silu, scale)
+    }
+
+    /// [`Self::rms_norm_silu_fp8`] that also returns `amax = max |y|` over the tensor (before
+    /// scaling; NaN if any `y` is NaN) as a one-element f32 tensor, from the same kernel.
+    #[fusion(meta = |x, _gamma, _eps, _floor, _silu, _scale| (
+        burn::backend::fusion::custom::TensorSpec::new(
+            x.shape.clone(),
+            burn::tensor::DType::QFloat(crate::fp8::fp8_scheme()),
+        ),
+        burn::backend::fusion::custom::TensorSpec::new(
+            burn::tensor::Shape::new([1]),
+            burn::tensor::DType::F32,
+        ),
+    ))]
+    fn rms_norm_silu_fp8_amax(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
+        crate::fp8::unsupported::<Self, _>(x, gamma, eps, floor, silu, scale)
     }
 
     /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient

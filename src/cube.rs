@@ -10,7 +10,7 @@ use rmsnorm_silu_kernels::backward::launch_backward;
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
-use rmsnorm_silu_kernels::forward::launch_forward_fp8;
+use rmsnorm_silu_kernels::forward::{launch_forward_fp8, launch_forward_fp8_amax};
 use rmsnorm_silu_kernels::quant::write_f32;
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, launch_forward, select_knobs};
 
@@ -63,7 +63,33 @@ impl RmsNormSiluBackend for CubeBackend {
             NormParams { eps, floor },
             Activation::silu_if(silu),
             scale,
+            None,
         )
+    }
+
+    fn rms_norm_silu_fp8_amax(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        scale: f32,
+    ) -> (CubeTensor, CubeTensor) {
+        let amax = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            burn::tensor::Shape::new([1]),
+            DType::F32,
+        );
+        let q = forward_fp8(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+            scale,
+            Some(amax.handle.clone()),
+        );
+        (q, amax)
     }
 
     fn rms_norm_silu_backward(
@@ -94,6 +120,7 @@ pub fn forward_fp8(
     norm: NormParams,
     activation: Activation,
     scale: f32,
+    amax: Option<rmsnorm_silu_kernels::cubecl::server::Handle>,
 ) -> CubeTensor {
     let shape = x.shape();
     let channels = shape[shape.num_dims() - 1];
@@ -118,6 +145,9 @@ pub fn forward_fp8(
         .expect("a quantised tensor has handles");
     write_f32(&x.client, scales.handle.clone(), 1.0 / scale);
     if rows == 0 {
+        if let Some(amax) = amax {
+            write_f32(&x.client, amax, 0.0);
+        }
         return q;
     }
     let problem = RowsProblem {
@@ -133,20 +163,36 @@ pub fn forward_fp8(
         gamma_type.size(),
         common_alignment(&[&x, &gamma, &values]),
     );
-    launch_forward_fp8(
-        &x.client,
-        x.handle.clone(),
-        gamma.handle.clone(),
-        values.handle.clone(),
-        x_type,
-        gamma_type,
-        problem,
-        norm,
-        activation,
-        scale,
-        &knobs,
-    )
-    .unwrap_or_else(|e| panic!("rms_norm_silu_fp8: {e} (rows {rows}, C {channels})"));
+    let launched = match amax {
+        Some(amax) => launch_forward_fp8_amax(
+            &x.client,
+            x.handle.clone(),
+            gamma.handle.clone(),
+            values.handle.clone(),
+            amax,
+            x_type,
+            gamma_type,
+            problem,
+            norm,
+            activation,
+            scale,
+            &knobs,
+        ),
+        None => launch_forward_fp8(
+            &x.client,
+            x.handle.clone(),
+            gamma.handle.clone(),
+            values.handle.clone(),
+            x_type,
+            gamma_type,
+            problem,
+            norm,
+            activation,
+            scale,
+            &knobs,
+        ),
+    };
+    launched.unwrap_or_else(|e| panic!("rms_norm_silu_fp8: {e} (rows {rows}, C {channels})"));
     q
 }
 

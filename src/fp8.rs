@@ -5,10 +5,7 @@
 //! tensor with E4M3 values stored one per byte and a per-tensor f32 scale of `1 / scale`, which
 //! is Burn's convention (`dequantize()` multiplies by it), so `dequantize()` gives `q / scale`.
 
-use burn::backend::{
-    Backend,
-    tensor::{FloatTensor, QuantizedTensor},
-};
+use burn::backend::{Backend, tensor::FloatTensor};
 use burn::tensor::Tensor;
 use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
 
@@ -31,14 +28,14 @@ pub fn fp8_scheme() -> QuantScheme {
 ///
 /// # Panics
 /// Always.
-pub fn unsupported<B: Backend>(
+pub fn unsupported<B: Backend, T>(
     _x: FloatTensor<B>,
     _gamma: FloatTensor<B>,
     _eps: f32,
     _floor: f32,
     _silu: bool,
     _scale: f32,
-) -> QuantizedTensor<B> {
+) -> T {
     panic!(
         "rms_norm_silu_fp8: FP8 output needs a CubeCL backend (CUDA or the CubeCL CPU runtime, \
          `Device::cuda(..)` / `Device::cpu()`); this backend has no fused FP8 path"
@@ -87,4 +84,33 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
         scale,
     );
     Tensor::from_dispatch(out)
+}
+
+/// [`rms_norm_silu_fp8_with`] that also returns `amax = max |y|` (before scaling; NaN if any
+/// `y` is NaN) as a one-element f32 tensor, computed in the same kernel (for delayed scaling).
+///
+/// # Panics
+/// As [`rms_norm_silu_fp8_with`].
+pub fn rms_norm_silu_fp8_amax<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    scale: f32,
+) -> (Tensor<D>, Tensor<1>) {
+    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
+    assert!(
+        scale.is_finite() && scale > 0.0,
+        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
+    );
+    let params = options.norm.params(channels);
+    let silu = options.activation == crate::Activation::Silu;
+    let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        params.eps,
+        params.floor,
+        silu,
+        scale,
+    );
+    (Tensor::from_dispatch(q), Tensor::from_dispatch(amax))
 }

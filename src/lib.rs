@@ -30,7 +30,7 @@ pub mod module;
 
 pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_with};
 pub use backend::RmsNormSiluBackend;
-pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_with};
+pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use rmsnorm_silu_kernels as kernels;
 pub use rmsnorm_silu_kernels::Activation;

@@ -147,3 +147,101 @@ fn fp8_on_a_backend_without_the_kernel_is_refused() {
     let gamma = tensor(&[1.0; 4], [4], DType::F32, &device);
     let _ = burn_rmsnorm_silu::rms_norm_silu_fp8(x, gamma, 1e-6, 1.0);
 }
+
+/// amax = max |y| (before scaling) from the same kernel: against the f64 reference on every
+/// knob path the selection picks for these shapes, a NaN row makes it NaN, zero rows give 0.
+#[test]
+fn fp8_amax_is_the_max_of_y() {
+    use rmsnorm_silu_kernels::forward::launch_forward_fp8_amax;
+    let device = cube_device();
+    let mut rng = rng("fp8 amax");
+    for (rows, channels, scale, nan_row) in [
+        (37, 96, 1.0f32, false),
+        (5, 1000, 64.0, false),
+        (300, 24, 2.0, false),
+        (4, 16, 1.0, true),
+        (0, 8, 1.0, false),
+    ] {
+        let (mut x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+        if nan_row {
+            x[channels + 3] = f64::NAN;
+        }
+        let norm = NormParams::rms(eps);
+        let want = reference(&x, &gamma, norm, Activation::Silu);
+        let want_amax = want.iter().fold(0.0f64, |m, v| {
+            if v.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(v.abs())
+            }
+        });
+        let n = rows * channels;
+        // Zero rows: a one-row buffer that the kernel must not read.
+        let x_buffer = if rows == 0 {
+            vec![0.0; channels]
+        } else {
+            x.clone()
+        };
+        let xt = upload(&x_buffer, vec![rows.max(1), channels], DType::BF16, &device);
+        let gt = upload(&gamma, vec![channels], DType::BF16, &device);
+        let client = xt.client.clone();
+        let out = client.create_from_slice(&vec![0x7Fu8; n.max(1)]);
+        let amax = client.create_from_slice(&f32::NAN.to_le_bytes());
+        let problem = RowsProblem::dense(rows, channels);
+        let knobs = select_knobs(&client, problem, 2, 2, 256);
+        launch_forward_fp8_amax(
+            &client,
+            xt.handle.clone(),
+            gt.handle.clone(),
+            out,
+            amax.clone(),
+            elem(DType::BF16),
+            elem(DType::BF16),
+            problem,
+            norm,
+            Activation::Silu,
+            scale,
+            &knobs,
+        )
+        .unwrap();
+        let bytes = client.read_one_unchecked(amax).to_vec();
+        let got = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64;
+        let what = format!("T={rows} C={channels} {knobs}");
+        if want_amax.is_nan() {
+            assert!(got.is_nan(), "{what}: amax {got}, want NaN");
+        } else {
+            assert!(
+                (got - want_amax).abs() <= 1e-5 * want_amax.max(1e-30),
+                "{what}: amax {got} vs {want_amax}"
+            );
+        }
+    }
+}
+
+/// The API's amax option: the QFloat tensor and `max |y|` from the same kernel, also on an
+/// Autodiff device (quantised outputs are not tracked).
+#[test]
+fn fp8_api_amax() {
+    use burn_rmsnorm_silu::{RmsNormSiluOptions, rms_norm_silu_fp8, rms_norm_silu_fp8_amax};
+    let mut rng = rng("fp8 api amax");
+    for device in [device(), device().autodiff()] {
+        let (rows, channels, scale) = (23, 96, 4.0f32);
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+        let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+        let want_amax = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let xt = tensor(&x, [rows, channels], DType::BF16, &device);
+        let gt = tensor(&gamma, [channels], DType::BF16, &device);
+        let (q, amax) =
+            rms_norm_silu_fp8_amax(xt.clone(), gt.clone(), RmsNormSiluOptions::rms(eps), scale);
+        let amax = values(amax);
+        assert_eq!(amax.len(), 1);
+        assert!(
+            (amax[0] - want_amax).abs() <= 1e-5 * want_amax,
+            "{device:?}: amax {} vs {want_amax}",
+            amax[0]
+        );
+        // The codes are those of the plain FP8 call.
+        let plain = values(rms_norm_silu_fp8(xt, gt, eps, scale).dequantize());
+        assert_eq!(values(q.dequantize()), plain, "{device:?}");
+    }
+}

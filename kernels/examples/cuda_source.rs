@@ -68,6 +68,7 @@ fn main() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
         (),
         (),
         (),

@@ -208,7 +208,7 @@ fn encode<O: Float, N: Size>(
     #[comptime] output: Output,
 ) -> Vector<O, N> {
     let mut v = y;
-    if comptime![output == Output::Fp8E4M3] {
+    if comptime![output.is_fp8()] {
         let hi = Vector::<f32, N>::new(448.0f32);
         let lo = Vector::<f32, N>::new(-448.0f32);
         v = y * Vector::new(out_scale);
@@ -246,6 +246,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
     x: &[Vector<E, N>],
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
+    amax_partial: &mut [f32],
     rows: usize,
     vecs_per_row: usize,
     x_row_stride: usize,
@@ -278,6 +279,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
     let mut rescued = Array::<f32>::new(rows_per_unit);
     let mut pre = Array::<f32>::new(rows_per_unit);
     let small = small_eps(eps, floor);
+    // max |y| over everything this unit writes (FP8 with amax only).
+    let mut amax = 0.0f32;
 
     if comptime![vpl > 0] {
         // The row fits in registers: x is read from memory once.
@@ -373,39 +376,45 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
                 }
                 if p == 1.0f32 {
                     let scale = inv_rms(sums[r], inv_channels, eps, floor);
-                    store_cached_row::<E, G, O, N>(
-                        &xs,
-                        &g_regs,
-                        &g_shared,
-                        gamma,
-                        out,
-                        r,
-                        active,
-                        out_base,
-                        vecs_per_row,
-                        scale,
-                        1.0f32,
-                        out_scale,
-                        cfg,
-                        false,
+                    amax = nan_max(
+                        amax,
+                        store_cached_row::<E, G, O, N>(
+                            &xs,
+                            &g_regs,
+                            &g_shared,
+                            gamma,
+                            out,
+                            r,
+                            active,
+                            out_base,
+                            vecs_per_row,
+                            scale,
+                            1.0f32,
+                            out_scale,
+                            cfg,
+                            false,
+                        ),
                     );
                 } else {
                     let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
-                    store_cached_row::<E, G, O, N>(
-                        &xs,
-                        &g_regs,
-                        &g_shared,
-                        gamma,
-                        out,
-                        r,
-                        active,
-                        out_base,
-                        vecs_per_row,
-                        scale,
-                        p,
-                        out_scale,
-                        cfg,
-                        true,
+                    amax = nan_max(
+                        amax,
+                        store_cached_row::<E, G, O, N>(
+                            &xs,
+                            &g_regs,
+                            &g_shared,
+                            gamma,
+                            out,
+                            r,
+                            active,
+                            out_base,
+                            vecs_per_row,
+                            scale,
+                            p,
+                            out_scale,
+                            cfg,
+                            true,
+                        ),
                     );
                 }
             }
@@ -458,39 +467,97 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
                 if row < rows {
                     if p == 1.0f32 {
                         let scale = inv_rms(sums[r], inv_channels, eps, floor);
-                        store_streamed_row::<E, G, O, N>(
-                            x,
-                            gamma,
-                            out,
-                            base,
-                            out_base,
-                            vecs_per_row,
-                            scale,
-                            1.0f32,
-                            out_scale,
-                            cfg,
-                            false,
+                        amax = nan_max(
+                            amax,
+                            store_streamed_row::<E, G, O, N>(
+                                x,
+                                gamma,
+                                out,
+                                base,
+                                out_base,
+                                vecs_per_row,
+                                scale,
+                                1.0f32,
+                                out_scale,
+                                cfg,
+                                false,
+                            ),
                         );
                     } else {
                         let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
-                        store_streamed_row::<E, G, O, N>(
-                            x,
-                            gamma,
-                            out,
-                            base,
-                            out_base,
-                            vecs_per_row,
-                            scale,
-                            p,
-                            out_scale,
-                            cfg,
-                            true,
+                        amax = nan_max(
+                            amax,
+                            store_streamed_row::<E, G, O, N>(
+                                x,
+                                gamma,
+                                out,
+                                base,
+                                out_base,
+                                vecs_per_row,
+                                scale,
+                                p,
+                                out_scale,
+                                cfg,
+                                true,
+                            ),
                         );
                     }
                 }
             }
             group += CUBE_COUNT;
         }
+    }
+    if comptime![cfg.output == Output::Fp8E4M3WithAmax] {
+        let units = comptime![(cfg.lanes_per_row * cfg.rows_per_cube) as usize];
+        amax_partial[CUBE_POS * units + UNIT_POS as usize] = amax;
+    }
+}
+
+/// `max |y|` over a vector's lanes when the output records amax; 0 otherwise (compiled out).
+#[cube]
+fn vector_amax<N: Size>(y: Vector<f32, N>, #[comptime] output: Output) -> f32 {
+    let mut m = 0.0f32;
+    if comptime![output == Output::Fp8E4M3WithAmax] {
+        #[unroll]
+        for k in 0..N::value() {
+            m = nan_max(m, y.extract(k).abs());
+        }
+    }
+    m
+}
+
+/// `max(a, b)` that keeps a NaN from either side (a NaN `y` makes amax NaN).
+#[cube]
+fn nan_max(a: f32, b: f32) -> f32 {
+    select(b > a || b.is_nan(), b, a)
+}
+
+/// Reduces the per-unit maxima to one value: every unit of one cube strides over them, then a
+/// shared-memory tree (the cube size is a power of two).
+#[cube(launch_unchecked)]
+pub fn reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime![units as usize]);
+    let unit = UNIT_POS as usize;
+    let mut m = 0.0f32;
+    let mut i = unit;
+    while i < len {
+        m = nan_max(m, partial[i]);
+        i += comptime![units as usize];
+    }
+    shared[unit] = m;
+    sync_cube();
+    let steps = comptime![units.trailing_zeros()];
+    #[unroll]
+    for k in 0..steps {
+        let stride = ((units >> 1) >> k) as usize;
+        if unit < stride {
+            let other = shared[unit + stride];
+            shared[unit] = nan_max(shared[unit], other);
+        }
+        sync_cube();
+    }
+    if unit == 0 {
+        amax[0] = shared[0];
     }
 }
 
@@ -539,12 +606,13 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
     out_scale: f32,
     #[comptime] cfg: RowConfig,
     #[comptime] prescaled: bool,
-) {
+) -> f32 {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
     let lane = UNIT_POS_X as usize;
     let scale = Vector::<f32, N>::new(scale);
     let pv = Vector::<f32, N>::new(p);
+    let mut amax = 0.0f32;
     #[unroll]
     for i in 0..vpl {
         let j = lane + i * lanes;
@@ -562,8 +630,10 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
             }
             let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
             out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+            amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         }
     }
+    amax
 }
 
 /// Writes this lane's share of one row, re-reading `x` from global memory (the streaming
@@ -582,10 +652,11 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
     out_scale: f32,
     #[comptime] cfg: RowConfig,
     #[comptime] prescaled: bool,
-) {
+) -> f32 {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let scale = Vector::<f32, N>::new(scale);
     let pv = Vector::<f32, N>::new(p);
+    let mut amax = 0.0f32;
     let mut j = UNIT_POS_X as usize;
     while j < vecs_per_row {
         let mut v = Vector::<f32, N>::cast_from(x[base + j]);
@@ -595,8 +666,10 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
         let g = Vector::<f32, N>::cast_from(gamma[j]);
         let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
         out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+        amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         j += lanes;
     }
+    amax
 }
 
 /// Checks that `knobs` can run `problem` on `client`'s device with buffers at these offsets.
@@ -720,6 +793,7 @@ pub fn launch_forward(
         kind: Output::Input,
         elem: x_type,
         scale: 1.0,
+        amax: None,
     };
     launch_rows(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
@@ -735,6 +809,8 @@ pub struct OutputTarget {
     pub elem: ElemType,
     /// The FP8 quantisation scale (`q = sat(y * scale)`); ignored for [`Output::Input`].
     pub scale: f32,
+    /// Where [`Output::Fp8E4M3WithAmax`] writes `max |y|` (one f32).
+    pub amax: Option<Handle>,
 }
 
 /// [`launch_forward`] with an FP8 E4M3 output: `out` receives `rows * channels` bytes
@@ -758,6 +834,37 @@ pub fn launch_forward_fp8(
         kind: Output::Fp8E4M3,
         elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
         scale,
+        amax: None,
+    };
+    launch_rows(
+        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
+    )
+}
+
+/// [`launch_forward_fp8`] that also writes `amax = max |y|` over the whole tensor (before
+/// scaling; NaN if any `y` is NaN) to the first f32 of `amax`: each unit keeps its maximum in a
+/// register, a second small kernel reduces them (no atomics).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_forward_fp8_amax(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    out: Handle,
+    amax: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+    norm: NormParams,
+    activation: Activation,
+    scale: f32,
+    knobs: &Knobs,
+) -> Result<(), ForwardError> {
+    let target = OutputTarget {
+        handle: out,
+        kind: Output::Fp8E4M3WithAmax,
+        elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
+        scale,
+        amax: Some(amax),
     };
     launch_rows(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
@@ -785,6 +892,9 @@ fn launch_rows(
         out_row_stride,
     } = problem;
     if rows == 0 || channels == 0 {
+        if let Some(amax) = target.amax {
+            crate::quant::write_f32(client, amax, 0.0);
+        }
         return Ok(());
     }
     let offsets = [
@@ -811,6 +921,14 @@ fn launch_rows(
         "rms_norm_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs:?} \
          cubes={cubes}"
     );
+    // One max per unit for amax; a 1-word placeholder otherwise (never written).
+    let units = knobs.units_per_cube() as usize;
+    let partial_len = if target.amax.is_some() {
+        cubes * units
+    } else {
+        1
+    };
+    let partial = client.empty(partial_len * 4);
     unsafe {
         rms_norm_rows::launch_unchecked(
             client,
@@ -821,6 +939,7 @@ fn launch_rows(
             BufferArg::from_raw_parts(x, x_len),
             BufferArg::from_raw_parts(gamma, vecs_per_row),
             BufferArg::from_raw_parts(out, out_len),
+            BufferArg::from_raw_parts(partial.clone(), partial_len),
             rows,
             vecs_per_row,
             x_row_stride / vector_size,
@@ -832,6 +951,23 @@ fn launch_rows(
             cfg,
             [x_type, gamma_type, target.elem],
         );
+        if let Some(amax) = target.amax {
+            let max_units = client.properties().hardware.max_units_per_cube.max(1);
+            let threads = if max_units >= 256 {
+                256
+            } else {
+                1 << max_units.ilog2()
+            };
+            reduce_amax::launch_unchecked(
+                client,
+                CubeCount::new_1d(1),
+                CubeDim::new_1d(threads),
+                BufferArg::from_raw_parts(partial, partial_len),
+                BufferArg::from_raw_parts(amax, 1),
+                partial_len,
+                threads,
+            );
+        }
     }
     Ok(())
 }

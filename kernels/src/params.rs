@@ -62,4 +62,14 @@ pub enum Output {
     /// caller gives the quantisation scale; dequantise with `q / scale`). Saturates to ±448;
     /// NaN stays NaN.
     Fp8E4M3,
+    /// [`Output::Fp8E4M3`], and the kernel also records `amax = max |y|` (before scaling; NaN
+    /// if any `y` is NaN) for delayed scaling.
+    Fp8E4M3WithAmax,
+}
+
+impl Output {
+    /// Whether the kernel writes FP8 codes.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, Output::Fp8E4M3 | Output::Fp8E4M3WithAmax)
+    }
 }
