@@ -10,9 +10,10 @@ use rmsnorm_silu_kernels::backward::launch_backward;
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
-use rmsnorm_silu_kernels::forward::{launch_forward_fp8, launch_forward_fp8_amax};
+use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
+use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
-use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, launch_forward, select_knobs};
+use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, select_knobs};
 
 use crate::backend::RmsNormSiluBackend;
 
@@ -123,76 +124,31 @@ pub fn forward_fp8(
     amax: Option<rmsnorm_silu_kernels::cubecl::server::Handle>,
 ) -> CubeTensor {
     let shape = x.shape();
-    let channels = shape[shape.num_dims() - 1];
-    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
-    let x_type = elem_type(x.dtype, "x");
-    let gamma_type = elem_type(gamma.dtype, "gamma");
-    let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
-        into_contiguous(x)
-    } else {
-        x
-    };
-    let x_row_stride = row_pitch(x.meta.shape(), x.meta.strides()).unwrap_or(channels);
-    let gamma = into_contiguous(gamma);
+    let rows = RowInputs::new(x, gamma);
     let q = empty_qtensor(
         shape,
         crate::fp8::fp8_scheme(),
-        &x.device,
+        &rows.x.device,
         MemoryLayoutStrategy::Contiguous,
     );
     let (values, scales) = q
         .quantized_handles()
         .expect("a quantised tensor has handles");
-    write_f32(&x.client, scales.handle.clone(), 1.0 / scale);
-    if rows == 0 {
+    let client = rows.x.client.clone();
+    write_f32(&client, scales.handle.clone(), 1.0 / scale);
+    if rows.problem.rows == 0 {
         if let Some(amax) = amax {
-            write_f32(&x.client, amax, 0.0);
+            write_f32(&client, amax, 0.0);
         }
         return q;
     }
-    let problem = RowsProblem {
-        rows,
-        channels,
-        x_row_stride,
-        out_row_stride: channels,
-    };
-    let knobs = select_knobs(
-        &x.client,
-        problem,
-        x_type.size(),
-        gamma_type.size(),
-        common_alignment(&[&x, &gamma, &values]),
+    rows.launch(
+        OutputTarget::fp8(values.handle.clone(), scale, amax),
+        &values,
+        norm,
+        activation,
+        "rms_norm_silu_fp8",
     );
-    let launched = match amax {
-        Some(amax) => launch_forward_fp8_amax(
-            &x.client,
-            x.handle.clone(),
-            gamma.handle.clone(),
-            values.handle.clone(),
-            amax,
-            x_type,
-            gamma_type,
-            problem,
-            norm,
-            activation,
-            scale,
-            &knobs,
-        ),
-        None => launch_forward_fp8(
-            &x.client,
-            x.handle.clone(),
-            gamma.handle.clone(),
-            values.handle.clone(),
-            x_type,
-            gamma_type,
-            problem,
-            norm,
-            activation,
-            scale,
-            &knobs,
-        ),
-    };
-    launched.unwrap_or_else(|e| panic!("rms_norm_silu_fp8: {e} (rows {rows}, C {channels})"));
     q
 }
 
@@ -391,46 +347,94 @@ pub fn forward(
     activation: Activation,
 ) -> CubeTensor {
     let shape = x.shape();
-    let channels = shape[shape.num_dims() - 1];
-    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
-    let x_type = elem_type(x.dtype, "x");
-    let gamma_type = elem_type(gamma.dtype, "gamma");
-    let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
-        into_contiguous(x)
-    } else {
-        x
-    };
-    let x_row_stride = row_pitch(x.meta.shape(), x.meta.strides()).unwrap_or(channels);
-    let gamma = into_contiguous(gamma);
-    let out = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
-    if rows == 0 {
+    let rows = RowInputs::new(x, gamma);
+    let out = empty_device_contiguous_dtype(
+        rows.x.client.clone(),
+        rows.x.device.clone(),
+        shape,
+        rows.x.dtype,
+    );
+    if rows.problem.rows == 0 {
         return out;
     }
-    let problem = RowsProblem {
-        rows,
-        channels,
-        x_row_stride,
-        out_row_stride: channels,
+    let target = OutputTarget {
+        handle: out.handle.clone(),
+        kind: Output::Input,
+        elem: rows.x_type,
+        scale: 1.0,
+        amax: None,
     };
-    let knobs = select_knobs(
-        &x.client,
-        problem,
-        x_type.size(),
-        gamma_type.size(),
-        common_alignment(&[&x, &gamma, &out]),
-    );
-    launch_forward(
-        &x.client,
-        x.handle.clone(),
-        gamma.handle.clone(),
-        out.handle.clone(),
-        x_type,
-        gamma_type,
-        problem,
-        norm,
-        activation,
-        &knobs,
-    )
-    .unwrap_or_else(|e| panic!("rms_norm_silu: {e} (rows {rows}, C {channels})"));
+    rows.launch(target, &out, norm, activation, "rms_norm_silu");
     out
+}
+
+/// The row kernel's inputs, prepared once for every output kind: `x` with contiguous (possibly
+/// pitched) rows, read in place, or else copied to row-major order; `gamma` contiguous; the
+/// problem with a dense output.
+struct RowInputs {
+    x: CubeTensor,
+    gamma: CubeTensor,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+}
+
+impl RowInputs {
+    fn new(x: CubeTensor, gamma: CubeTensor) -> Self {
+        let shape = x.shape();
+        let channels = shape[shape.num_dims() - 1];
+        let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
+        let x_type = elem_type(x.dtype, "x");
+        let gamma_type = elem_type(gamma.dtype, "gamma");
+        let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
+            into_contiguous(x)
+        } else {
+            x
+        };
+        let x_row_stride = row_pitch(x.meta.shape(), x.meta.strides()).unwrap_or(channels);
+        Self {
+            x,
+            gamma: into_contiguous(gamma),
+            x_type,
+            gamma_type,
+            problem: RowsProblem {
+                rows,
+                channels,
+                x_row_stride,
+                out_row_stride: channels,
+            },
+        }
+    }
+
+    /// Selects the knobs for writing into `out` (its alignment counts) and launches.
+    fn launch(
+        &self,
+        target: OutputTarget,
+        out: &CubeTensor,
+        norm: NormParams,
+        activation: Activation,
+        op: &str,
+    ) {
+        let problem = self.problem;
+        let knobs = select_knobs(
+            &self.x.client,
+            problem,
+            self.x_type.size(),
+            self.gamma_type.size(),
+            common_alignment(&[&self.x, &self.gamma, out]),
+        );
+        launch_forward_to(
+            &self.x.client,
+            self.x.handle.clone(),
+            self.gamma.handle.clone(),
+            target,
+            self.x_type,
+            self.gamma_type,
+            problem,
+            norm,
+            activation,
+            &knobs,
+        )
+        .unwrap_or_else(|e| panic!("{op}: {e} (rows {}, C {})", problem.rows, problem.channels));
+    }
 }

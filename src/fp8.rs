@@ -68,13 +68,7 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> Tensor<D> {
-    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
-    assert!(
-        scale.is_finite() && scale > 0.0,
-        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
-    );
-    let params = options.norm.params(channels);
-    let silu = options.activation == crate::Activation::Silu;
+    let (params, silu) = fp8_arguments(&x, &gamma, &options, scale);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -97,13 +91,7 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> (Tensor<D>, Tensor<1>) {
-    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
-    assert!(
-        scale.is_finite() && scale > 0.0,
-        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
-    );
-    let params = options.norm.params(channels);
-    let silu = options.activation == crate::Activation::Silu;
+    let (params, silu) = fp8_arguments(&x, &gamma, &options, scale);
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -113,4 +101,21 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
         scale,
     );
     (Tensor::from_dispatch(q), Tensor::from_dispatch(amax))
+}
+
+/// Checks the arguments of the FP8 entry points (panicking with a message naming the bad one)
+/// and returns the kernel's norm parameters and whether SiLU applies.
+fn fp8_arguments<const D: usize>(
+    x: &Tensor<D>,
+    gamma: &Tensor<1>,
+    options: &RmsNormSiluOptions,
+    scale: f32,
+) -> (rmsnorm_silu_kernels::NormParams, bool) {
+    let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
+    assert!(
+        scale.is_finite() && scale > 0.0,
+        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
+    );
+    let params = options.norm.params(channels);
+    (params, options.activation == crate::Activation::Silu)
 }

@@ -35,11 +35,7 @@ fn read_f32(path: &std::path::Path, name: &str) -> (Vec<f32>, Vec<usize>) {
     let bytes = std::fs::read(path).expect("fixture file");
     let file = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
     let view = file.tensor(name).expect("fixture tensor");
-    let values = view
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let values = wan::weights::to_f32(&view).expect("a float fixture");
     (values, view.shape().to_vec())
 }
 

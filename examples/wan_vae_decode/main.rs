@@ -69,10 +69,14 @@ fn pick_device() -> (Device, &'static str) {
     (Device::cpu(), "CubeCL CPU runtime (no GPU found)")
 }
 
+/// A safetensors file's bytes (read once: `--latent` serves as the input and the reference).
+fn read_file(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| fail(&format!("--latent {path}: {e}")))
+}
+
 /// A latent from a safetensors file: the tensor `z`, or the file's only tensor.
-fn read_latent(path: &str, device: &Device) -> Tensor<5> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| fail(&format!("--latent {path}: {e}")));
-    let file = safetensors::SafeTensors::deserialize(&bytes)
+fn read_latent(path: &str, bytes: &[u8], device: &Device) -> Tensor<5> {
+    let file = safetensors::SafeTensors::deserialize(bytes)
         .unwrap_or_else(|e| fail(&format!("--latent {path}: not a safetensors file: {e}")));
     let names = file.names();
     let name = if names.contains(&"z") {
@@ -82,14 +86,13 @@ fn read_latent(path: &str, device: &Device) -> Tensor<5> {
     } else {
         fail(&format!("--latent {path}: no tensor `z` among {names:?}"))
     };
-    read_tensor(path, &name, device).expect("listed tensor")
+    read_tensor(path, bytes, &name, device).expect("listed tensor")
 }
 
 /// The 5-D tensor `name` of a safetensors file, if it has one.
-fn read_tensor(path: &str, name: &str, device: &Device) -> Option<Tensor<5>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| fail(&format!("{path}: {e}")));
-    let file = safetensors::SafeTensors::deserialize(&bytes)
-        .unwrap_or_else(|e| fail(&format!("{path}: not a safetensors file: {e}")));
+fn read_tensor(path: &str, bytes: &[u8], name: &str, device: &Device) -> Option<Tensor<5>> {
+    let file = safetensors::SafeTensors::deserialize(bytes)
+        .unwrap_or_else(|e| fail(&format!("--latent {path}: not a safetensors file: {e}")));
     let view = file.tensor(name).ok()?;
     let shape = view.shape().to_vec();
     if shape.len() != 5 {
@@ -97,21 +100,11 @@ fn read_tensor(path: &str, name: &str, device: &Device) -> Option<Tensor<5>> {
             "--latent {path}: `{name}` must be [B, z_dim, T, h, w], got {shape:?}"
         ));
     }
-    let values: Vec<f32> = match view.dtype() {
-        safetensors::Dtype::F32 => view
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        safetensors::Dtype::BF16 => view
-            .data()
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => fail(&format!(
-            "--latent {path}: dtype {other:?} (expected F32 or BF16)"
-        )),
-    };
+    let values = wan::weights::to_f32(&view).unwrap_or_else(|other| {
+        fail(&format!(
+            "--latent {path}: dtype {other:?} (expected F32, F16 or BF16)"
+        ))
+    });
     Some(Tensor::from_data(TensorData::new(values, shape), device))
 }
 
@@ -226,9 +219,10 @@ fn main() {
     drop(weights);
     let load_time = load_start.elapsed();
 
+    let latent_bytes = arg("--latent").map(|path| read_file(&path));
     let z = match arg("--latent") {
         Some(path) => {
-            let z = read_latent(&path, &device);
+            let z = read_latent(&path, latent_bytes.as_deref().expect("read"), &device);
             if z.dims()[1] != config.z_dim {
                 fail(&format!(
                     "--latent has {} channels; this decoder takes z_dim = {}",
@@ -314,7 +308,8 @@ fn main() {
     if let Some(path) = arg("--latent") {
         // A cross-check fixture (`../shared/fixtures/wan*_small/io.safetensors`) also holds
         // PyTorch's output: compare before the clamp.
-        if let Some(reference) = read_tensor(&path, "decoded_unclamped", &device) {
+        let bytes = latent_bytes.as_deref().expect("read with --latent");
+        if let Some(reference) = read_tensor(&path, bytes, "decoded_unclamped", &device) {
             let (a, b) = (flat(video.clone()), flat(reference));
             let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let worst = a

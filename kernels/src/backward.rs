@@ -21,7 +21,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::ForwardError;
+use crate::forward::{ForwardError, horizontal_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
 
@@ -73,16 +73,6 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
         }
     }
     total
-}
-
-#[cube]
-fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
-    let mut sum = 0.0f32;
-    #[unroll]
-    for k in 0..N::value() {
-        sum += v.extract(k);
-    }
-    sum
 }
 
 /// `dy * act'(u)`: SiLU' = `s (1 + u (1 - s))` with `s = sigmoid(u)`.

@@ -58,7 +58,7 @@ impl std::error::Error for ForwardError {}
 
 /// Sum of the lanes of a vector.
 #[cube]
-fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
+pub(crate) fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
     let mut sum = 0.0f32;
     #[unroll]
     for k in 0..N::value() {
@@ -795,7 +795,7 @@ pub fn launch_forward(
         scale: 1.0,
         amax: None,
     };
-    launch_rows(
+    launch_forward_to(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
     )
 }
@@ -811,6 +811,24 @@ pub struct OutputTarget {
     pub scale: f32,
     /// Where [`Output::Fp8E4M3WithAmax`] writes `max |y|` (one f32).
     pub amax: Option<Handle>,
+}
+
+impl OutputTarget {
+    /// FP8 E4M3 codes `sat_RN_e4m3(y * scale)` into `handle`, and `max |y|` into `amax` if
+    /// given.
+    pub fn fp8(handle: Handle, scale: f32, amax: Option<Handle>) -> Self {
+        Self {
+            handle,
+            kind: if amax.is_some() {
+                Output::Fp8E4M3WithAmax
+            } else {
+                Output::Fp8E4M3
+            },
+            elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
+            scale,
+            amax,
+        }
+    }
 }
 
 /// [`launch_forward`] with an FP8 E4M3 output: `out` receives `rows * channels` bytes
@@ -829,14 +847,8 @@ pub fn launch_forward_fp8(
     scale: f32,
     knobs: &Knobs,
 ) -> Result<(), ForwardError> {
-    let target = OutputTarget {
-        handle: out,
-        kind: Output::Fp8E4M3,
-        elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
-        scale,
-        amax: None,
-    };
-    launch_rows(
+    let target = OutputTarget::fp8(out, scale, None);
+    launch_forward_to(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
     )
 }
@@ -859,20 +871,16 @@ pub fn launch_forward_fp8_amax(
     scale: f32,
     knobs: &Knobs,
 ) -> Result<(), ForwardError> {
-    let target = OutputTarget {
-        handle: out,
-        kind: Output::Fp8E4M3WithAmax,
-        elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
-        scale,
-        amax: Some(amax),
-    };
-    launch_rows(
+    let target = OutputTarget::fp8(out, scale, Some(amax));
+    launch_forward_to(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
     )
 }
 
+/// Launches the row kernel writing to `target` (what the other `launch_forward*` functions
+/// call).
 #[allow(clippy::too_many_arguments)]
-fn launch_rows(
+pub fn launch_forward_to(
     client: &Client,
     x: Handle,
     gamma: Handle,

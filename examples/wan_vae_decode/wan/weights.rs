@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
 use super::config::WanConfig;
@@ -66,26 +67,9 @@ impl Weights {
             let view = file
                 .tensor(name)
                 .map_err(|e| format!("weights: `{name}`: {e}"))?;
-            let data = view.data();
-            let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => data
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                Dtype::F16 => data
-                    .chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                Dtype::BF16 => data
-                    .chunks_exact(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                other => {
-                    return Err(format!(
-                        "weights: `{name}` has dtype {other:?}; expected F32, F16 or BF16"
-                    ));
-                }
-            };
+            let values = to_f32(&view).map_err(|other| {
+                format!("weights: `{name}` has dtype {other:?}; expected F32, F16 or BF16")
+            })?;
             tensors.insert(key.to_string(), (values, view.shape().to_vec()));
         }
         Ok(Weights::File {
@@ -189,6 +173,26 @@ impl Weights {
         let data = TensorData::new(values, shape.to_vec()).convert_dtype(dtype);
         Ok(Tensor::from_data(data, (device, dtype)))
     }
+}
+
+/// A stored F32, F16 or BF16 tensor's values as f32; the dtype otherwise.
+pub fn to_f32(view: &TensorView) -> Result<Vec<f32>, Dtype> {
+    let data = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => return Err(other),
+    })
 }
 
 /// The original (`.pth` / ComfyUI) name of a diffusers decoder key. `wan22` selects Wan2.2's
