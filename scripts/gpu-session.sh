@@ -42,18 +42,20 @@ for step in "${steps[@]}"; do
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
         wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
              for v in ${WANFIX_MODELS:-wan21_small wan22_small}; do for dt in ${WANFIX_DTYPES:-f32 bf16}; do
-                 (cd gpu && timeout "${WANFIX_TIMEOUT:-60}" ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
+                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
                      --latent fixtures/$v/io.safetensors --dtype $dt --no-write --device cuda) \
                      > "$out/wanfix-$v-$dt.log" 2>&1
                  echo "$v $dt: $(grep -hE 'reference|check:' "$out/wanfix-$v-$dt.log" | tr '\n' ' ')"
              done; done ;;
         wan) # Full-size Wan2.1 decoder (random weights), 480p latent [1, 16, 3, 60, 104], bf16:
-             # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi.
+             # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi. Burn's
+             # convolutions autotune on first use (minutes at cubecl's default level), so the
+             # Wan steps autotune at the minimal level unless WAN_AUTOTUNE says otherwise.
              for mode in fused unfused; do
                  extra=(); [ $mode = unfused ] && extra=(--unfused)
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
                      > "$out/wan-$mode-mem.txt" 2>/dev/null & smi=$!
-                 (cd gpu && timeout 200 ./wan --size full --frames 3 --height 60 --width 104 \
+                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WAN_TIMEOUT:-280}" ./wan --size full --frames 3 --height 60 --width 104 \
                      --dtype bf16 --no-check --no-write --device cuda ${extra[@]+"${extra[@]}"} \
                      --out "$out/wan-$mode") > "$out/wan-$mode.log" 2>&1
                  kill $smi 2>/dev/null

@@ -195,7 +195,7 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
 
 /// `dgamma[j] = sum_p partial[p * vecs + j]`, `p` in increasing order.
 #[cube(launch_unchecked)]
-pub fn reduce_dgamma<G: Float, N: Size>(
+pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     partial: &[Vector<f32, N>],
     dgamma: &mut [Vector<G, N>],
     parts: usize,
@@ -333,7 +333,7 @@ pub fn launch_backward(
         );
         let threads = 256.min(max_units.max(1)) as u32;
         let reduce_cubes = vecs.div_ceil(threads as usize).max(1) as u32;
-        reduce_dgamma::launch_unchecked(
+        rms_norm_reduce_dgamma::launch_unchecked(
             client,
             CubeCount::new_1d(reduce_cubes),
             CubeDim::new_1d(threads),

@@ -76,7 +76,7 @@ pub(crate) fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
 /// `if rescue { .. }` stays uniform. Row `y + r * rows_per_cube` of a cube step starts at
 /// `step_first_row`.
 #[cube]
-fn lane_sums(
+pub(crate) fn lane_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
     step_first_row: usize,
@@ -161,7 +161,7 @@ fn lane_sums(
 
 /// `1 / sqrt(max(ms + eps, floor))`; a NaN mean stays NaN (no `fmax` that would drop it).
 #[cube]
-fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f32 {
+pub(crate) fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f32 {
     let d = sum_sq * inv_channels + eps;
     let d = select(d < floor, floor, d);
     d.inverse_sqrt()
@@ -528,14 +528,14 @@ fn vector_amax<N: Size>(y: Vector<f32, N>, #[comptime] output: Output) -> f32 {
 
 /// `max(a, b)` that keeps a NaN from either side (a NaN `y` makes amax NaN).
 #[cube]
-fn nan_max(a: f32, b: f32) -> f32 {
+pub(crate) fn nan_max(a: f32, b: f32) -> f32 {
     select(b > a || b.is_nan(), b, a)
 }
 
 /// Reduces the per-unit maxima to one value: every unit of one cube strides over them, then a
 /// shared-memory tree (the cube size is a power of two).
 #[cube(launch_unchecked)]
-pub fn reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[comptime] units: u32) {
+pub fn rms_norm_reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[comptime] units: u32) {
     let mut shared = Shared::<[f32]>::new_slice(comptime![units as usize]);
     let unit = UNIT_POS as usize;
     let mut m = 0.0f32;
@@ -966,7 +966,7 @@ pub fn launch_forward_to(
             } else {
                 1 << max_units.ilog2()
             };
-            reduce_amax::launch_unchecked(
+            rms_norm_reduce_amax::launch_unchecked(
                 client,
                 CubeCount::new_1d(1),
                 CubeDim::new_1d(threads),

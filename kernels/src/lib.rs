@@ -13,6 +13,8 @@
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos;
+//! - [`nvfp4`]: the NVFP4 row kernel (E2M1 values, E4M3 block scales, two recipes, two scale
+//!   layouts);
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
 pub mod backward;
@@ -21,6 +23,7 @@ pub mod formats;
 pub mod forward;
 pub mod knobs;
 pub mod lut;
+pub mod nvfp4;
 pub mod params;
 pub mod quant;
 pub mod reference;

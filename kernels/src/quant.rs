@@ -5,7 +5,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 #[cube(launch_unchecked)]
-fn fill_scalar(out: &mut [f32], value: f32) {
+fn rms_norm_fill_scalar(out: &mut [f32], value: f32) {
     if ABSOLUTE_POS == 0 {
         out[0] = value;
     }
@@ -15,7 +15,7 @@ fn fill_scalar(out: &mut [f32], value: f32) {
 /// tensor).
 pub fn write_f32(client: &Client, handle: Handle, value: f32) {
     unsafe {
-        fill_scalar::launch_unchecked(
+        rms_norm_fill_scalar::launch_unchecked(
             client,
             CubeCount::new_1d(1),
             CubeDim::new_1d(1),

@@ -1,0 +1,661 @@
+//! The NVFP4 row kernel: the fused norm + SiLU written as E2M1 values in blocks of 16 along C,
+//! one E4M3 scale byte per block, in software on every architecture (sm_90 has no E2M1
+//! conversion instruction; the CPU runtime has none at all).
+//!
+//! Mapping: a lane owns whole blocks of 16 (blocks `l, l + lanes, ...` of its row), so a block's
+//! amax, scale and codes need no communication; only the row's sum of squares is shared between
+//! the lanes of a row (the forward kernel's [`lane_sums`], with its overflow/underflow rescue).
+//! Rows whose blocks fit the comptime register budget (`blocks_per_lane`) read `x` once;
+//! longer rows are read twice (the second time mostly from L2).
+//!
+//! Codes are rounded to nearest, ties to even, saturating at ±6; the block scale is the E4M3
+//! byte of `amax_b * s_enc / 6` (TransformerEngine: values encoded with the *rounded* scale,
+//! `q = e2m1(y * (s_enc / s_b))`) or of `max(amax_b / 6, FLT_MIN)` (the cuDNN engine: values
+//! encoded with the unrounded fp32 scale). Both follow [`crate::formats::nvfp4_block`] op for op,
+//! so the kernel's bytes equal the host quantiser's for the same fp32 `y`.
+//!
+//! A NaN `y` makes its block's scale the E4M3 NaN and its code 0x7 (E2M1 has no NaN): the block
+//! dequantises to NaN, other blocks and rows are untouched.
+
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::forward::{
+    ForwardError, RowsProblem, activate, horizontal_sum, inv_rms, lane_sums, nan_max,
+};
+use crate::knobs::{GammaIn, LaneReduce, RowConfig};
+use crate::params::{Activation, NormParams, Output};
+use crate::rescue::{prescale, small_eps};
+
+/// Elements per NVFP4 block.
+pub const BLOCK: usize = 16;
+
+/// How block scales are formed (see the module docs and [`crate::formats::Nvfp4Recipe`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Fp4Recipe {
+    /// TransformerEngine / vLLM / FlashInfer: a global encode scale `s_enc` (run-time argument).
+    TransformerEngine,
+    /// The cuDNN engine: no global scale.
+    Cudnn,
+}
+
+/// Where the block scales go.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ScaleLayout {
+    /// `[rows, C/16]`, row-major (Burn's quantised tensors, the cuDNN engine).
+    RowMajor,
+    /// The cuBLASLt / CUTLASS block-scaled GEMM layout: rows padded to 128, scale columns to 4,
+    /// 512-byte tiles (see [`crate::formats::swizzled_scale_offset`]); padding is written as 0.
+    Swizzled128x4,
+}
+
+/// Launch parameters of the NVFP4 kernel.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Fp4Knobs {
+    /// Elements per load (divides 16).
+    pub vector_size: usize,
+    /// Units per row (a power of two).
+    pub lanes_per_row: u32,
+    /// Rows per cube.
+    pub rows_per_cube: u32,
+    /// Blocks each lane keeps in registers; 0 streams the row (reads it twice).
+    pub blocks_per_lane: usize,
+    /// How the lanes of a row add their sums of squares.
+    pub lane_reduce: LaneReduce,
+    /// PTX SiLU (CUDA only), as in [`crate::Knobs::fast_math`].
+    pub fast_math: bool,
+    /// Cap on the number of cubes (persistent grid); `None`: one cube per row group.
+    pub max_cubes: Option<u32>,
+}
+
+impl core::fmt::Display for Fp4Knobs {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let reduce = match self.lane_reduce {
+            LaneReduce::Plane => "plane",
+            LaneReduce::Shared => "shared",
+        };
+        write!(
+            f,
+            "v{}.l{}.r{}.b{}.{reduce}",
+            self.vector_size, self.lanes_per_row, self.rows_per_cube, self.blocks_per_lane
+        )?;
+        match self.max_cubes {
+            Some(m) => write!(f, ".m{m}")?,
+            None => write!(f, ".m-")?,
+        }
+        if self.fast_math {
+            write!(f, ".fast")?;
+        }
+        Ok(())
+    }
+}
+
+/// The comptime configuration of one compiled NVFP4 kernel.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Fp4Config {
+    pub lanes_per_row: u32,
+    pub rows_per_cube: u32,
+    pub blocks_per_lane: usize,
+    pub lane_reduce: LaneReduce,
+    pub activation: Activation,
+    pub fast_math: bool,
+    pub recipe: Fp4Recipe,
+    pub layout: ScaleLayout,
+}
+
+impl Fp4Config {
+    /// The row-kernel configuration whose lane reduction this kernel shares.
+    fn rows(self) -> RowConfig {
+        RowConfig {
+            lanes_per_row: self.lanes_per_row,
+            rows_per_cube: self.rows_per_cube,
+            rows_per_unit: 1,
+            vectors_per_lane: 0,
+            lane_reduce: self.lane_reduce,
+            gamma: GammaIn::Global,
+            activation: self.activation,
+            fast_math: self.fast_math,
+            output: Output::Input,
+        }
+    }
+}
+
+/// The E2M1 code (low nibble) of `v`: round to nearest, ties to even, saturate at ±6; the sign
+/// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. The magnitude code counts the midpoints between
+/// E2M1 values that `|v|` has passed; at a midpoint, `>` or `>=` picks the even neighbour.
+#[cube]
+pub fn e2m1_code(v: f32) -> u32 {
+    let a = v.abs();
+    let mut code = 0u32;
+    code += u32::cast_from(a > 0.25f32);
+    code += u32::cast_from(a >= 0.75f32);
+    code += u32::cast_from(a > 1.25f32);
+    code += u32::cast_from(a >= 1.75f32);
+    code += u32::cast_from(a > 2.5f32);
+    code += u32::cast_from(a >= 3.5f32);
+    code += u32::cast_from(a > 5.0f32);
+    let sign = (u32::reinterpret(v) >> 31u32) << 3u32;
+    select(v.is_nan(), 7u32, sign | code)
+}
+
+/// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
+/// two code words and its scale byte.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn store_block<S: Float, N: Size>(
+    ys: &Array<Vector<f32, N>>,
+    codes: &mut [u32],
+    scales: &mut [S],
+    code_word: usize,
+    scale_index: usize,
+    s_enc: f32,
+    #[comptime] recipe: Fp4Recipe,
+) {
+    let per_block = comptime![BLOCK / N::value()];
+    let mut amax = 0.0f32;
+    #[unroll]
+    for h in 0..per_block {
+        #[unroll]
+        for k in 0..N::value() {
+            amax = nan_max(amax, ys[h].extract(k).abs());
+        }
+    }
+    #[allow(unused_assignments)]
+    let mut stored = 0.0f32;
+    #[allow(unused_assignments)]
+    let mut encode = 0.0f32;
+    match comptime![recipe] {
+        Fp4Recipe::TransformerEngine => {
+            stored = amax * s_enc / 6.0f32;
+            let s = f32::cast_from(S::cast_from(clamp_e4m3(stored)));
+            encode = select(s == 0.0f32, 0.0f32, s_enc / s);
+        }
+        Fp4Recipe::Cudnn => {
+            let sf = amax / 6.0f32;
+            // max(amax / 6, FLT_MIN) that keeps a NaN.
+            stored = select(sf < f32::MIN_POSITIVE, f32::MIN_POSITIVE, sf);
+            encode = 1.0f32 / stored;
+        }
+    }
+    scales[scale_index] = S::cast_from(clamp_e4m3(stored));
+    let mut lo = 0u32;
+    let mut hi = 0u32;
+    #[unroll]
+    for h in 0..per_block {
+        #[unroll]
+        for k in 0..N::value() {
+            // Element e of the block: constant after unrolling, so the branch folds away.
+            let e = u32::cast_from(h * N::value() + k);
+            let code = e2m1_code(ys[h].extract(k) * encode);
+            if e < 8u32 {
+                lo |= code << (4u32 * e);
+            } else {
+                hi |= code << (4u32 * (e - 8u32));
+            }
+        }
+    }
+    codes[code_word] = lo;
+    codes[code_word + 1] = hi;
+}
+
+/// Clamps to ±448 before the E4M3 cast (which rounds to nearest even); NaN passes.
+#[cube]
+fn clamp_e4m3(v: f32) -> f32 {
+    let v = select(v > 448.0f32, 448.0f32, v);
+    select(v < -448.0f32, -448.0f32, v)
+}
+
+/// Byte offset of scale (row `m`, block column `k`) in the layout; `column_tiles` is
+/// `ceil(C / 64)`.
+#[cube]
+fn scale_offset(
+    m: usize,
+    k: usize,
+    blocks: usize,
+    column_tiles: usize,
+    #[comptime] layout: ScaleLayout,
+) -> usize {
+    match comptime![layout] {
+        ScaleLayout::RowMajor => m * blocks + k,
+        ScaleLayout::Swizzled128x4 => {
+            (m / 128 * column_tiles + k / 4) * 512 + (m % 32) * 16 + (m % 128) / 32 * 4 + k % 4
+        }
+    }
+}
+
+/// `y` of block `b` of a row into `ys` (as `16 / N` fp32 vectors), from the cached `x` vectors
+/// `xs[first..]` or from memory.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn block_y<E: Float, G: Float, N: Size>(
+    x_block: &Array<Vector<E, N>>,
+    first: usize,
+    gamma: &[Vector<G, N>],
+    b: usize,
+    scale: f32,
+    p: f32,
+    ys: &mut Array<Vector<f32, N>>,
+    #[comptime] cfg: Fp4Config,
+    #[comptime] prescaled: bool,
+) {
+    let per_block = comptime![BLOCK / N::value()];
+    let sv = Vector::<f32, N>::new(scale);
+    #[unroll]
+    for h in 0..per_block {
+        let mut v = Vector::<f32, N>::cast_from(x_block[first + h]);
+        if comptime![prescaled] {
+            v *= Vector::<f32, N>::new(p);
+        }
+        let g = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
+        ys[h] = activate::<N>(v * sv * g, cfg.activation, cfg.fast_math);
+    }
+}
+
+/// The NVFP4 kernel. `x` and `gamma` are vectors of `N` elements (`16 % N == 0`); `codes` holds
+/// two words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
+/// `scales` one `S` (E4M3) per block at [`scale_offset`].
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[Vector<G, N>],
+    codes: &mut [u32],
+    scales: &mut [S],
+    rows: usize,
+    blocks: usize,
+    x_row_stride: usize,
+    inv_channels: f32,
+    eps: f32,
+    floor: f32,
+    s_enc: f32,
+    column_tiles: usize,
+    #[comptime] cfg: Fp4Config,
+    #[define(E, G, S)] _types: [ElemType; 3],
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let bpl = comptime![cfg.blocks_per_lane];
+    let per_block = comptime![BLOCK / N::value()];
+    let rcfg = comptime![cfg.rows()];
+    let shared_len = comptime![match cfg.lane_reduce {
+        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
+        LaneReduce::Plane => 1usize,
+    }];
+    let mut shared = Shared::<[f32]>::new_slice(shared_len);
+    let lane = UNIT_POS_X as usize;
+    let y = UNIT_POS_Y as usize;
+    #[allow(clippy::manual_div_ceil)]
+    let groups = (rows + rows_per_cube - 1) / rows_per_cube;
+    let mut group = CUBE_POS;
+    let mut sums = Array::<f32>::new(1usize);
+    let mut rescued = Array::<f32>::new(1usize);
+    let small = small_eps(eps, floor);
+    let mut ys = Array::<Vector<f32, N>>::new(per_block);
+    let cache_len = comptime![if bpl > 0 { bpl * BLOCK / N::value() } else { per_block }];
+    let mut xs = Array::<Vector<E, N>>::new(cache_len);
+
+    while group < groups {
+        let step_first_row = group * rows_per_cube;
+        let row = step_first_row + y;
+        let active = row < rows;
+        let base = row * x_row_stride;
+        // Pass 1: this lane's sum of squares (blocks cached in registers when they fit).
+        let mut acc = Vector::<f32, N>::new(0.0f32);
+        if comptime![bpl > 0] {
+            #[unroll]
+            for i in 0..bpl {
+                let b = lane + i * lanes;
+                if active && b < blocks {
+                    #[unroll]
+                    for h in 0..per_block {
+                        let v = x[base + b * per_block + h];
+                        xs[i * per_block + h] = v;
+                        let f = Vector::<f32, N>::cast_from(v);
+                        acc += f * f;
+                    }
+                }
+            }
+        } else if active {
+            let mut b = lane;
+            while b < blocks {
+                #[unroll]
+                for h in 0..per_block {
+                    let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+                    acc += f * f;
+                }
+                b += lanes;
+            }
+        }
+        sums[0] = horizontal_sum::<N>(acc);
+        let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, rcfg);
+        let mut p = 1.0f32;
+        if rescue {
+            p = prescale(sums[0], active, small);
+            let pv = Vector::<f32, N>::new(p);
+            let mut acc = Vector::<f32, N>::new(0.0f32);
+            if active {
+                let mut b = lane;
+                while b < blocks {
+                    #[unroll]
+                    for h in 0..per_block {
+                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]) * pv;
+                        acc += f * f;
+                    }
+                    b += lanes;
+                }
+            }
+            rescued[0] = horizontal_sum::<N>(acc);
+            lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, rcfg);
+        }
+        // Pass 2: y block by block, quantised and stored.
+        if active {
+            if p == 1.0f32 {
+                let scale = inv_rms(sums[0], inv_channels, eps, floor);
+                if comptime![bpl > 0] {
+                    #[unroll]
+                    for i in 0..bpl {
+                        let b = lane + i * lanes;
+                        if b < blocks {
+                            block_y::<E, G, N>(
+                                &xs,
+                                i * per_block,
+                                gamma,
+                                b,
+                                scale,
+                                1.0f32,
+                                &mut ys,
+                                cfg,
+                                false,
+                            );
+                            store_block::<S, N>(
+                                &ys,
+                                codes,
+                                scales,
+                                (row * blocks + b) * 2,
+                                scale_offset(row, b, blocks, column_tiles, cfg.layout),
+                                s_enc,
+                                cfg.recipe,
+                            );
+                        }
+                    }
+                } else {
+                    let mut b = lane;
+                    while b < blocks {
+                        #[unroll]
+                        for h in 0..per_block {
+                            xs[h] = x[base + b * per_block + h];
+                        }
+                        block_y::<E, G, N>(
+                            &xs, 0, gamma, b, scale, 1.0f32, &mut ys, cfg, false,
+                        );
+                        store_block::<S, N>(
+                            &ys,
+                            codes,
+                            scales,
+                            (row * blocks + b) * 2,
+                            scale_offset(row, b, blocks, column_tiles, cfg.layout),
+                            s_enc,
+                            cfg.recipe,
+                        );
+                        b += lanes;
+                    }
+                }
+            } else {
+                // Rescued rows (rare) re-read x from memory with the exact prescale.
+                let scale = inv_rms(rescued[0], inv_channels, eps * p * p, floor * p * p);
+                let mut b = lane;
+                while b < blocks {
+                    #[unroll]
+                    for h in 0..per_block {
+                        xs[h] = x[base + b * per_block + h];
+                    }
+                    block_y::<E, G, N>(&xs, 0, gamma, b, scale, p, &mut ys, cfg, true);
+                    store_block::<S, N>(
+                        &ys,
+                        codes,
+                        scales,
+                        (row * blocks + b) * 2,
+                        scale_offset(row, b, blocks, column_tiles, cfg.layout),
+                        s_enc,
+                        cfg.recipe,
+                    );
+                    b += lanes;
+                }
+            }
+        }
+        group += CUBE_COUNT;
+    }
+}
+
+/// Writes 0 to every padding byte of a swizzled scale buffer (rows `>= rows` of the last
+/// 128-row tile, scale columns `>= blocks`), one unit per byte of the padded buffer.
+#[cube(launch_unchecked)]
+pub fn rms_norm_nvfp4_scale_padding<S: Float>(
+    scales: &mut [S],
+    rows: usize,
+    blocks: usize,
+    padded_len: usize,
+    column_tiles: usize,
+    #[define(S)] _scale: ElemType,
+) {
+    let i = ABSOLUTE_POS;
+    if i < padded_len {
+        // Invert the swizzle: tile, then row and column inside the 512-byte tile.
+        let tile = i / 512;
+        let within = i % 512;
+        let m = (tile / column_tiles) * 128 + (within % 16) / 4 * 32 + within / 16;
+        let k = (tile % column_tiles) * 4 + within % 4;
+        if m >= rows || k >= blocks {
+            scales[i] = S::cast_from(0.0f32);
+        }
+    }
+}
+
+/// Where and how the NVFP4 kernel writes.
+#[derive(Clone, Debug)]
+pub struct Fp4Target {
+    /// `rows * C / 2` bytes of codes.
+    pub codes: Handle,
+    /// The scale bytes: `rows * C / 16` (row-major) or [`crate::formats::swizzled_scale_bytes`].
+    pub scales: Handle,
+    pub recipe: Fp4Recipe,
+    pub layout: ScaleLayout,
+    /// The global encode scale `s_enc` of [`Fp4Recipe::TransformerEngine`] (ignored by cuDNN's).
+    pub s_enc: f32,
+}
+
+/// The heuristic NVFP4 knobs for rows of `channels` elements of `elem_size` bytes: ~2 blocks
+/// per lane in registers, a plane-sized or smaller row group on devices with plane ops, a
+/// shared-memory reduction over up to 256 lanes for wide rows, streaming beyond that; one lane
+/// per row on devices without plane ops (the CPU runtime).
+pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -> Fp4Knobs {
+    let props = client.properties();
+    let hw = &props.hardware;
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
+    let blocks = channels.div_ceil(BLOCK).max(1);
+    let vector_size = (16 / elem_size.max(1)).clamp(1, BLOCK).min(hw.max_vector_size.max(1));
+    let vector_size = if BLOCK.is_multiple_of(vector_size) { vector_size } else { 1 };
+    let fast_math = props.identity.fingerprint.starts_with("ptx_");
+    if !plane_ops || hw.plane_size_min <= 1 {
+        return Fp4Knobs {
+            vector_size,
+            lanes_per_row: 1,
+            rows_per_cube: 4,
+            blocks_per_lane: if blocks <= 16 { blocks } else { 0 },
+            lane_reduce: LaneReduce::Shared,
+            fast_math,
+            max_cubes: None,
+        };
+    }
+    let plane = hw.plane_size_min.max(1);
+    let lanes = (blocks.div_ceil(2).next_power_of_two() as u32).min(256);
+    let lane_reduce = if lanes <= plane {
+        LaneReduce::Plane
+    } else {
+        LaneReduce::Shared
+    };
+    let bpl = blocks.div_ceil(lanes as usize);
+    let units = 256u32.min(hw.max_units_per_cube);
+    Fp4Knobs {
+        vector_size,
+        lanes_per_row: lanes,
+        rows_per_cube: (units / lanes).max(1),
+        blocks_per_lane: if bpl <= 8 { bpl } else { 0 },
+        lane_reduce,
+        fast_math,
+        max_cubes: None,
+    }
+}
+
+/// Launches the NVFP4 kernel (and, for the swizzled layout, the padding fill). `problem.channels`
+/// must be a multiple of 16 and `problem.out_row_stride` equal to it.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_forward_nvfp4(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    target: Fp4Target,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: RowsProblem,
+    norm: NormParams,
+    activation: Activation,
+    knobs: &Fp4Knobs,
+) -> Result<(), ForwardError> {
+    let bad = |why: String| Err(ForwardError::InvalidKnobs(why));
+    let RowsProblem {
+        rows,
+        channels,
+        x_row_stride,
+        ..
+    } = problem;
+    if !channels.is_multiple_of(BLOCK) || problem.out_row_stride != channels {
+        return bad(format!(
+            "NVFP4 needs C a multiple of 16 and dense output rows (C = {channels}, output row \
+             stride {})",
+            problem.out_row_stride
+        ));
+    }
+    let blocks = channels / BLOCK;
+    let column_tiles = channels.div_ceil(64);
+    let scale_type = ElemType::Float(cubecl::ir::FloatKind::E4M3);
+    if target.layout == ScaleLayout::Swizzled128x4 {
+        let padded = crate::formats::swizzled_scale_bytes(rows, channels);
+        if padded > 0 && padded != rows * blocks {
+            let threads = 256u32;
+            unsafe {
+                rms_norm_nvfp4_scale_padding::launch_unchecked(
+                    client,
+                    CubeCount::new_1d(padded.div_ceil(threads as usize) as u32),
+                    CubeDim::new_1d(threads),
+                    BufferArg::from_raw_parts(target.scales.clone(), padded),
+                    rows,
+                    blocks,
+                    padded,
+                    column_tiles,
+                    scale_type,
+                );
+            }
+        }
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let hw = &client.properties().hardware;
+    let v = knobs.vector_size;
+    if v == 0 || !BLOCK.is_multiple_of(v) || v > hw.max_vector_size {
+        return bad(format!(
+            "vector_size {v} must divide 16 and fit the device maximum {}",
+            hw.max_vector_size
+        ));
+    }
+    if !x_row_stride.is_multiple_of(v) {
+        return bad(format!(
+            "x row stride {x_row_stride} is not a multiple of vector_size {v}"
+        ));
+    }
+    let lanes = knobs.lanes_per_row;
+    if !lanes.is_power_of_two()
+        || knobs.rows_per_cube == 0
+        || lanes * knobs.rows_per_cube > hw.max_units_per_cube
+    {
+        return bad(format!(
+            "a cube of {lanes} lanes x {} rows does not fit the device's {} units per cube \
+             (lanes must be a power of two)",
+            knobs.rows_per_cube, hw.max_units_per_cube
+        ));
+    }
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
+    let lane_reduce = if lanes == 1 {
+        LaneReduce::Plane
+    } else {
+        knobs.lane_reduce
+    };
+    if lane_reduce == LaneReduce::Plane && lanes > 1 && (!plane_ops || lanes > hw.plane_size_min) {
+        return bad(format!(
+            "plane reduction over {lanes} lanes needs plane ops and a plane that wide"
+        ));
+    }
+    if knobs.fast_math && !client.properties().identity.fingerprint.starts_with("ptx_") {
+        return bad("fast_math needs a CUDA device".into());
+    }
+    let cached = knobs.blocks_per_lane > 0 && lanes as usize * knobs.blocks_per_lane >= blocks;
+    let cfg = Fp4Config {
+        lanes_per_row: lanes,
+        rows_per_cube: knobs.rows_per_cube,
+        blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },
+        lane_reduce,
+        activation,
+        fast_math: knobs.fast_math && activation == Activation::Silu,
+        recipe: target.recipe,
+        layout: target.layout,
+    };
+    let groups = rows.div_ceil(knobs.rows_per_cube as usize);
+    let cubes = groups
+        .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
+        .min(hw.max_cube_count.0 as usize);
+    let vecs_per_row = channels / v;
+    let x_len = (rows - 1) * x_row_stride / v + vecs_per_row;
+    let scales_len = match target.layout {
+        ScaleLayout::RowMajor => rows * blocks,
+        ScaleLayout::Swizzled128x4 => crate::formats::swizzled_scale_bytes(rows, channels),
+    };
+    let address_type = AddressType::from_len(x_len * v);
+    log::debug!(
+        "rms_norm_nvfp4_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs} \
+         {:?} {:?} cubes={cubes}",
+        target.recipe,
+        target.layout
+    );
+    unsafe {
+        rms_norm_nvfp4_rows::launch_unchecked(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_2d(lanes, knobs.rows_per_cube),
+            address_type,
+            v,
+            BufferArg::from_raw_parts(x, x_len),
+            BufferArg::from_raw_parts(gamma, vecs_per_row),
+            BufferArg::from_raw_parts(target.codes, rows * blocks * 2),
+            BufferArg::from_raw_parts(target.scales, scales_len),
+            rows,
+            blocks,
+            x_row_stride / v,
+            (1.0f64 / channels as f64) as f32,
+            norm.eps,
+            norm.floor,
+            target.s_enc,
+            column_tiles,
+            cfg,
+            [x_type, gamma_type, scale_type],
+        );
+    }
+    Ok(())
+}
