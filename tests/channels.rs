@@ -233,3 +233,63 @@ fn gamma_must_match_the_axis() {
         },
     );
 }
+
+/// Every launch shape of the channels-first kernel (one or several position units and channel
+/// groups, channels cached in registers or walked twice) writes every element of a NaN-filled
+/// output correctly, for C and S that do not divide the tile.
+#[test]
+fn every_channels_config_writes_every_element() {
+    use crate::kernel_knobs::{cube_device, download, elem, upload};
+    use rmsnorm_silu_kernels::channels::{ChannelsConfig, ChannelsProblem, launch_channels_with};
+    let device = cube_device();
+    let mut rng = rng("channels_configs");
+    let norm = NormParams::rms(1e-6);
+    for (batches, channels, positions) in [(2, 3, 35), (1, 96, 64), (2, 130, 17)] {
+        let dtype = DType::F32;
+        let x = round_to(
+            &uniform(&mut rng, batches * channels * positions, -3.0, 3.0),
+            dtype,
+        );
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 1.5), dtype);
+        let shape = [batches, channels, positions];
+        let want = reference_dim(&x, &shape, 1, &gamma, norm, Activation::Silu);
+        let max_units = device.client().properties().hardware.max_units_per_cube;
+        let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
+        for (position_units, channel_groups) in
+            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
+        {
+            let cached = channels.div_ceil(channel_groups as usize);
+            for channels_per_unit in [0, cached] {
+                let cfg = ChannelsConfig {
+                    position_units,
+                    channel_groups,
+                    channels_per_unit,
+                    activation: Activation::Silu,
+                };
+                let xt = upload(&x, shape.to_vec(), dtype, &device);
+                let gt = upload(&gamma, vec![channels], dtype, &device);
+                let out = upload(&vec![f64::NAN; x.len()], shape.to_vec(), dtype, &device);
+                launch_channels_with(
+                    &xt.client,
+                    xt.handle.clone(),
+                    gt.handle.clone(),
+                    out.handle.clone(),
+                    elem(dtype),
+                    elem(dtype),
+                    ChannelsProblem::dense(batches, channels, positions),
+                    norm,
+                    Activation::Silu,
+                    Some(cfg),
+                )
+                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                assert_close(
+                    &download(out),
+                    &want,
+                    1e-5,
+                    1e-5,
+                    &format!("{shape:?} {cfg:?}"),
+                );
+            }
+        }
+    }
+}

@@ -7,8 +7,9 @@
 //!   `dx = r du gamma` where the clamp is active (`r` is then a constant).
 //!
 //! Each unit accumulates the `dgamma` contributions of its columns over the rows it visits in
-//! registers and writes them to one row of a `[units rows, C]` f32 scratch buffer; a second
-//! kernel sums that buffer's rows in a fixed order. No float atomics: the result depends only
+//! registers; the unit rows of a cube add theirs in shared memory and write one row of a
+//! `[cubes, C]` f32 scratch buffer; a second kernel (one cube per column vector) sums that
+//! buffer's rows in a fixed order. No float atomics: the result depends only
 //! on the device, the shape and the launch configuration, never on scheduling.
 //!
 //! The mapping is the forward row kernel's: `lanes_per_row` units per row (plane shuffles or a
@@ -91,8 +92,8 @@ fn activation_grad<N: Size>(
     du
 }
 
-/// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per unit
-/// row (`partial[(CUBE_POS * rows_per_cube + y) * vecs_per_row + j]`).
+/// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per cube
+/// (`partial[CUBE_POS * vecs_per_row + j]`).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
@@ -183,34 +184,66 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
         group += CUBE_COUNT;
     }
 
-    let partial_row = CUBE_POS * rows_per_cube + y;
+    // The cube's unit rows add their dgamma partials in shared memory (a fixed tree over the
+    // rows, `rows_per_cube` a power of two), so the scratch buffer holds one row per cube.
+    let mut red = Shared::<[Vector<f32, N>]>::new_slice(comptime![lanes * rows_per_cube]);
+    let steps = comptime![(rows_per_cube as u32).trailing_zeros()];
     #[unroll]
     for i in 0..vpl {
         let j = lane + i * lanes;
-        if j < vecs_per_row {
-            partial[partial_row * vecs_per_row + j] = dg[i];
+        red[y * lanes + lane] = dg[i];
+        sync_cube();
+        #[unroll]
+        for k in 0..steps {
+            let stride = (rows_per_cube >> 1) >> k;
+            if y < stride {
+                let other = red[(y + stride) * lanes + lane];
+                red[y * lanes + lane] += other;
+            }
+            sync_cube();
         }
+        if y == 0 && j < vecs_per_row {
+            partial[CUBE_POS * vecs_per_row + j] = red[lane];
+        }
+        sync_cube();
     }
 }
 
-/// `dgamma[j] = sum_p partial[p * vecs + j]`, `p` in increasing order.
+/// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
+/// parts `t, t + units, ...` in order, then a shared-memory tree adds the units (a fixed
+/// order: the result does not depend on scheduling).
 #[cube(launch_unchecked)]
 pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     partial: &[Vector<f32, N>],
     dgamma: &mut [Vector<G, N>],
     parts: usize,
     vecs: usize,
+    #[comptime] units: u32,
     #[define(G)] _gamma_type: ElemType,
 ) {
-    let mut j = ABSOLUTE_POS;
-    let step = CUBE_COUNT * CUBE_DIM as usize;
-    while j < vecs {
-        let mut acc = Vector::<f32, N>::new(0.0f32);
-        for p in 0..parts {
-            acc += partial[p * vecs + j];
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![units as usize]);
+    let j = CUBE_POS;
+    let t = UNIT_POS as usize;
+    let mut acc = Vector::<f32, N>::new(0.0f32);
+    let mut p = t;
+    while p < parts {
+        acc += partial[p * vecs + j];
+        p += comptime![units as usize];
+    }
+    shared[t] = acc;
+    sync_cube();
+    let steps = comptime![units.trailing_zeros()];
+    #[unroll]
+    for k in 0..steps {
+        let stride = ((units >> 1) >> k) as usize;
+        if t < stride {
+            let other = shared[t + stride];
+            shared[t] += other;
         }
-        dgamma[j] = Vector::<G, N>::cast_from(acc);
-        j += step;
+        sync_cube();
+    }
+    if t == 0 {
+        dgamma[j] = Vector::<G, N>::cast_from(shared[0]);
     }
 }
 
@@ -288,10 +321,11 @@ pub fn launch_backward(
     } else {
         LaneReduce::Shared
     };
+    // A power of two (the dgamma tree over a cube's rows needs one).
     let rows_per_cube = if gpu {
         (256 / lanes).max(1)
     } else {
-        (max_units / lanes).max(1)
+        1usize << (max_units / lanes).max(1).ilog2()
     };
     let cfg = BackwardConfig {
         lanes_per_row: lanes as u32,
@@ -307,7 +341,7 @@ pub fn launch_backward(
         }
         _ => groups.min(64),
     };
-    let parts = cubes * rows_per_cube;
+    let parts = cubes;
     let partial = client.empty(parts * channels * 4);
     let len = rows * vecs;
     log::debug!("rms_norm_backward_rows: rows={rows} C={channels} {cfg:?} cubes={cubes}");
@@ -331,17 +365,17 @@ pub fn launch_backward(
             cfg,
             [x_type, gamma_type],
         );
-        let threads = 256.min(max_units.max(1)) as u32;
-        let reduce_cubes = vecs.div_ceil(threads as usize).max(1) as u32;
+        let threads = 1u32 << 256.min(max_units.max(1)).ilog2();
         rms_norm_reduce_dgamma::launch_unchecked(
             client,
-            CubeCount::new_1d(reduce_cubes),
+            CubeCount::new_1d(vecs as u32),
             CubeDim::new_1d(threads),
             vector_size,
             BufferArg::from_raw_parts(partial, parts * vecs),
             BufferArg::from_raw_parts(dgamma, vecs),
             parts,
             vecs,
+            threads,
             gamma_type,
         );
     }

@@ -1,10 +1,13 @@
 //! The channels-first kernel: `x` viewed as `[B, C, S]` with the positions `S` contiguous
 //! (`[B, C, T, H, W]` in PyTorch's default layout), normalised over C at stride `S`.
 //!
-//! Each unit owns a vector of `N` consecutive positions of one batch, so the loads of a plane
-//! are contiguous along S; it walks the C channels twice (sum of squares, then output), with
-//! no cross-unit reduction at all. The second walk re-reads x, mostly from cache: this is the
-//! simple, correct form; an H200-tuned tiling that reads x once is future work (issue 5).
+//! A cube covers a tile of positions x all channels: unit `(px, cy)` owns one vector of `N`
+//! consecutive positions (so the loads of a plane are contiguous along S) and every
+//! `groups`-th channel from `cy`, which it keeps in registers, so x is read once; the channel
+//! groups add their sums of squares in a shared-memory tree. Splitting C over units keeps
+//! enough loads in flight when S is small (a 60x104 frame has only 780 position vectors).
+//! Very wide C (more than 64 groups x 16 channels) walks C twice, the second time mostly from
+//! cache.
 //! (Channels-last memory presented as `[B, C, ...]` through strides is served by the row
 //! kernel in `forward.rs` without this kernel.)
 
@@ -43,13 +46,27 @@ impl ChannelsProblem {
     }
 }
 
+/// The comptime shape of a channels-first launch: a cube is `position_units x channel_groups`
+/// units; unit `(px, cy)` owns one vector of positions and the channels `cy, cy + groups, ...`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct ChannelsConfig {
+    /// Units along the positions (each one vector of `N` positions).
+    pub position_units: u32,
+    /// Units along C (a power of two); their partial sums meet in a shared-memory tree.
+    pub channel_groups: u32,
+    /// Channels each unit keeps in registers (x read once); 0 walks C twice from memory.
+    pub channels_per_unit: usize,
+    pub activation: Activation,
+}
+
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     x: &[Vector<E, N>],
     gamma: &[G],
     out: &mut [Vector<E, N>],
-    units: usize,
+    tiles: usize,
+    tiles_per_batch: usize,
     position_vectors: usize,
     channels: usize,
     x_batch_stride: usize,
@@ -59,72 +76,129 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     inv_channels: f32,
     eps: f32,
     floor: f32,
-    #[comptime] activation: Activation,
+    #[comptime] cfg: ChannelsConfig,
     #[define(E, G)] _types: [ElemType; 2],
 ) {
-    let mut i = ABSOLUTE_POS;
-    let step = CUBE_COUNT * CUBE_DIM as usize;
+    let px = comptime![cfg.position_units as usize];
+    let groups = comptime![cfg.channel_groups as usize];
+    let cpu = comptime![cfg.channels_per_unit];
+    let cache = comptime![if cpu > 0 { cpu } else { 1 }];
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
     let small = small_eps(eps, floor);
-    while i < units {
-        let batch = i / position_vectors;
-        let p = i % position_vectors;
+    // This unit's gamma, kept for every tile it visits.
+    let mut g = Array::<f32>::new(cache);
+    let mut xs = Array::<Vector<E, N>>::new(cache);
+    if comptime![cpu > 0] {
+        #[unroll]
+        for i in 0..cpu {
+            let c = cy + i * groups;
+            g[i] = 0.0f32;
+            if c < channels {
+                g[i] = f32::cast_from(gamma[c]);
+            }
+        }
+    }
+    let mut tile = CUBE_POS;
+    while tile < tiles {
+        let batch = tile / tiles_per_batch;
+        let p = (tile % tiles_per_batch) * px + ux;
+        let active = p < position_vectors;
         let x_base = batch * x_batch_stride + p;
         let out_base = batch * out_batch_stride + p;
-        let one = Vector::<f32, N>::new(1.0f32);
-        let acc = channel_sum_sq::<E, N>(x, x_base, channels, x_channel_stride, one);
-        // Rare: positions whose fp32 total left the normal range are summed again with exactly
-        // scaled values (see `crate::rescue`); no other unit takes part, so no uniformity
-        // concern.
-        let pre = prescale_vector::<N>(acc, small);
-        let mut rescue = false;
+        // This unit's share of the sum of squares (its channels cached when they fit).
+        let mut acc = Vector::<f32, N>::new(0.0f32);
+        if comptime![cpu > 0] {
+            #[unroll]
+            for i in 0..cpu {
+                let c = cy + i * groups;
+                if active && c < channels {
+                    let v = x[x_base + c * x_channel_stride];
+                    xs[i] = v;
+                    let f = Vector::<f32, N>::cast_from(v);
+                    acc += f * f;
+                }
+            }
+        } else if active {
+            let mut c = cy;
+            while c < channels {
+                let f = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
+                acc += f * f;
+                c += groups;
+            }
+        }
+        // The channel groups meet in a fixed tree (groups is a power of two).
+        shared[cy * px + ux] = acc;
+        sync_cube();
+        let steps = comptime![(groups as u32).trailing_zeros()];
         #[unroll]
-        for k in 0..N::value() {
-            rescue = rescue || pre.extract(k) != 1.0f32;
+        for k in 0..steps {
+            let stride = (groups >> 1) >> k;
+            if cy < stride {
+                let other = shared[(cy + stride) * px + ux];
+                shared[cy * px + ux] += other;
+            }
+            sync_cube();
         }
-        if rescue {
-            let acc = channel_sum_sq::<E, N>(x, x_base, channels, x_channel_stride, pre);
-            let r = inv_rms_vector::<N>(
-                acc,
-                inv_channels,
-                Vector::new(eps) * pre * pre,
-                Vector::new(floor) * pre * pre,
-            );
-            store_channels::<E, G, N>(
-                x,
-                gamma,
-                out,
-                x_base,
-                out_base,
-                channels,
-                x_channel_stride,
-                out_channel_stride,
-                r,
-                pre,
-                activation,
-                true,
-            );
-        } else {
-            let r = inv_rms_vector::<N>(acc, inv_channels, Vector::new(eps), Vector::new(floor));
-            store_channels::<E, G, N>(
-                x,
-                gamma,
-                out,
-                x_base,
-                out_base,
-                channels,
-                x_channel_stride,
-                out_channel_stride,
-                r,
-                one,
-                activation,
-                false,
-            );
+        let total = shared[ux];
+        // Everyone has its total before the next tile overwrites the tree.
+        sync_cube();
+        if active {
+            // Rare: positions whose fp32 total left the normal range are summed again, by this
+            // unit alone over all C, with exactly scaled values (see `crate::rescue`).
+            let pre = prescale_vector::<N>(total, small);
+            let mut rescue = false;
+            #[unroll]
+            for k in 0..N::value() {
+                rescue = rescue || pre.extract(k) != 1.0f32;
+            }
+            if rescue {
+                let acc = channel_sum_sq::<E, N>(x, x_base, channels, x_channel_stride, pre);
+                let r = inv_rms_vector::<N>(
+                    acc,
+                    inv_channels,
+                    Vector::new(eps) * pre * pre,
+                    Vector::new(floor) * pre * pre,
+                );
+                let mut c = cy;
+                while c < channels {
+                    let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]) * pre;
+                    let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
+                    let y = activate::<N>(v * r * gv, cfg.activation, false);
+                    out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
+                    c += groups;
+                }
+            } else {
+                let r =
+                    inv_rms_vector::<N>(total, inv_channels, Vector::new(eps), Vector::new(floor));
+                if comptime![cpu > 0] {
+                    #[unroll]
+                    for i in 0..cpu {
+                        let c = cy + i * groups;
+                        if c < channels {
+                            let v = Vector::<f32, N>::cast_from(xs[i]);
+                            let y = activate::<N>(v * r * Vector::new(g[i]), cfg.activation, false);
+                            out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
+                        }
+                    }
+                } else {
+                    let mut c = cy;
+                    while c < channels {
+                        let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
+                        let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
+                        let y = activate::<N>(v * r * gv, cfg.activation, false);
+                        out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
+                        c += groups;
+                    }
+                }
+            }
         }
-        i += step;
+        tile += CUBE_COUNT;
     }
 }
 
-/// `sum_c (p * x[c])^2` for the `N` positions of one unit.
+/// `sum_c (p * x[c])^2` over all channels for the `N` positions of one unit.
 #[cube]
 fn channel_sum_sq<E: Float, N: Size>(
     x: &[Vector<E, N>],
@@ -154,36 +228,8 @@ fn inv_rms_vector<N: Size>(
     Vector::inverse_sqrt(select_many(d.less_than(&floor), floor, d))
 }
 
-/// The second walk over C: `act((p * x) * r * gamma)`, with `p` compiled in only for rescued
-/// positions.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn store_channels<E: Float, G: Float, N: Size>(
-    x: &[Vector<E, N>],
-    gamma: &[G],
-    out: &mut [Vector<E, N>],
-    x_base: usize,
-    out_base: usize,
-    channels: usize,
-    x_channel_stride: usize,
-    out_channel_stride: usize,
-    r: Vector<f32, N>,
-    p: Vector<f32, N>,
-    #[comptime] activation: Activation,
-    #[comptime] prescaled: bool,
-) {
-    for c in 0..channels {
-        let mut v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
-        if comptime![prescaled] {
-            v *= p;
-        }
-        let g = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-        let y = activate::<N>(v * r * g, activation, false);
-        out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
-    }
-}
-
-/// Launches the channels-first kernel; does nothing when there is nothing to write.
+/// Launches the channels-first kernel with [`channels_config`]'s shape; does nothing when
+/// there is nothing to write.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_channels(
     client: &Client,
@@ -195,6 +241,26 @@ pub fn launch_channels(
     problem: ChannelsProblem,
     norm: NormParams,
     activation: Activation,
+) -> Result<(), ForwardError> {
+    launch_channels_with(
+        client, x, gamma, out, x_type, gamma_type, problem, norm, activation, None,
+    )
+}
+
+/// [`launch_channels`] with an explicit launch shape (`None`: [`channels_config`]); its
+/// activation is replaced by `activation`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_channels_with(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    out: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    problem: ChannelsProblem,
+    norm: NormParams,
+    activation: Activation,
+    config: Option<ChannelsConfig>,
 ) -> Result<(), ForwardError> {
     let p = problem;
     if p.batches == 0 || p.channels == 0 || p.positions == 0 {
@@ -227,30 +293,54 @@ pub fn launch_channels(
         )));
     }
     let position_vectors = p.positions / vector_size;
-    let units = p.batches * position_vectors;
-    let cube = 256.min(hw.max_units_per_cube.max(1));
-    let max_cubes = hw
-        .num_streaming_multiprocessors
-        .map_or(65_535, |sms| (sms * 8) as usize);
-    let cubes = units.div_ceil(cube as usize).clamp(1, max_cubes);
+    let cfg = match config {
+        Some(cfg) => {
+            let units = cfg.position_units * cfg.channel_groups;
+            if !cfg.channel_groups.is_power_of_two()
+                || cfg.position_units == 0
+                || units > hw.max_units_per_cube
+            {
+                return Err(ForwardError::InvalidKnobs(format!(
+                    "channels config {cfg:?}: channel groups must be a power of two and the cube \
+                     at most {} units",
+                    hw.max_units_per_cube
+                )));
+            }
+            let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
+            ChannelsConfig {
+                channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
+                activation,
+                ..cfg
+            }
+        }
+        None => channels_config(client, p.channels, p.batches * position_vectors, activation),
+    };
+    let px = cfg.position_units as usize;
+    let tiles_per_batch = position_vectors.div_ceil(px);
+    let tiles = p.batches * tiles_per_batch;
+    let max_cubes = hw.num_streaming_multiprocessors.map_or(65_535, |sms| {
+        sms as usize * (2048 / (px * cfg.channel_groups as usize)).max(1)
+    });
+    let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
     let x_len = (p.batches - 1) * p.x_batch_stride / vector_size
         + (p.channels - 1) * p.x_channel_stride / vector_size
         + position_vectors;
     let out_len = (p.batches - 1) * p.out_batch_stride / vector_size
         + (p.channels - 1) * p.out_channel_stride / vector_size
         + position_vectors;
-    log::debug!("rms_norm_channels: {p:?} vector {vector_size} cubes {cubes}x{cube}");
+    log::debug!("rms_norm_channels: {p:?} vector {vector_size} {cfg:?} cubes {cubes}");
     unsafe {
         rms_norm_channels::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            CubeDim::new_1d(cube),
+            CubeDim::new_2d(cfg.position_units, cfg.channel_groups),
             AddressType::from_len(x_len.max(out_len) * vector_size),
             vector_size,
             BufferArg::from_raw_parts(x, x_len),
             BufferArg::from_raw_parts(gamma, p.channels),
             BufferArg::from_raw_parts(out, out_len),
-            units,
+            tiles,
+            tiles_per_batch,
             position_vectors,
             p.channels,
             p.x_batch_stride / vector_size,
@@ -260,9 +350,47 @@ pub fn launch_channels(
             (1.0f64 / p.channels as f64) as f32,
             norm.eps,
             norm.floor,
-            activation,
+            cfg,
             [x_type, gamma_type],
         );
     }
     Ok(())
+}
+
+/// The channels-first launch shape for `channels` and `position_vectors` vectors of positions in
+/// all: enough channel groups that a unit caches at most 16 channels (64 on the CPU runtime,
+/// where a cube's units run one after another), at most 64 groups (beyond that, C is walked
+/// twice from memory), and as many position units as keep a cube at 256 units while the grid
+/// still has about two tiles per SM.
+pub fn channels_config(
+    client: &Client,
+    channels: usize,
+    position_vectors: usize,
+    activation: Activation,
+) -> ChannelsConfig {
+    let hw = &client.properties().hardware;
+    let gpu = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops)
+        && hw.plane_size_min >= 32;
+    let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
+    let max_units = max_units.min(hw.max_units_per_cube as usize).max(1);
+    let max_groups = 64.min(1 << max_units.ilog2());
+    let groups = channels
+        .div_ceil(cap)
+        .next_power_of_two()
+        .clamp(1, max_groups);
+    let per_unit = channels.div_ceil(groups);
+    let mut px = (max_units / groups).max(1);
+    let sms = hw.num_streaming_multiprocessors.unwrap_or(1) as usize;
+    while px > 4 && position_vectors.div_ceil(px) < 2 * sms {
+        px /= 2;
+    }
+    ChannelsConfig {
+        position_units: px as u32,
+        channel_groups: groups as u32,
+        channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
+        activation,
+    }
 }

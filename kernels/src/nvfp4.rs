@@ -292,7 +292,11 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     let mut rescued = Array::<f32>::new(1usize);
     let small = small_eps(eps, floor);
     let mut ys = Array::<Vector<f32, N>>::new(per_block);
-    let cache_len = comptime![if bpl > 0 { bpl * BLOCK / N::value() } else { per_block }];
+    let cache_len = comptime![if bpl > 0 {
+        bpl * BLOCK / N::value()
+    } else {
+        per_block
+    }];
     let mut xs = Array::<Vector<E, N>>::new(cache_len);
 
     while group < groups {
@@ -386,9 +390,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                         for h in 0..per_block {
                             xs[h] = x[base + b * per_block + h];
                         }
-                        block_y::<E, G, N>(
-                            &xs, 0, gamma, b, scale, 1.0f32, &mut ys, cfg, false,
-                        );
+                        block_y::<E, G, N>(&xs, 0, gamma, b, scale, 1.0f32, &mut ys, cfg, false);
                         store_block::<S, N>(
                             &ys,
                             codes,
@@ -477,8 +479,14 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         .plane
         .contains(cubecl::ir::features::Plane::Ops);
     let blocks = channels.div_ceil(BLOCK).max(1);
-    let vector_size = (16 / elem_size.max(1)).clamp(1, BLOCK).min(hw.max_vector_size.max(1));
-    let vector_size = if BLOCK.is_multiple_of(vector_size) { vector_size } else { 1 };
+    let vector_size = (16 / elem_size.max(1))
+        .clamp(1, BLOCK)
+        .min(hw.max_vector_size.max(1));
+    let vector_size = if BLOCK.is_multiple_of(vector_size) {
+        vector_size
+    } else {
+        1
+    };
     let fast_math = props.identity.fingerprint.starts_with("ptx_");
     if !plane_ops || hw.plane_size_min <= 1 {
         return Fp4Knobs {
