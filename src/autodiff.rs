@@ -11,7 +11,7 @@ use burn::backend::autodiff::{
 };
 use burn::backend::{
     AutodiffBackend, Backend, TensorMetadata,
-    tensor::{FloatTensor, QuantizedTensor},
+    tensor::{FloatTensor, IntTensor, QuantizedTensor},
 };
 
 use crate::backend::RmsNormSiluBackend;
@@ -92,6 +92,37 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
         let (gamma, _) = gamma.into_parts();
         let (q, amax) = B::rms_norm_silu_fp8_amax(x, gamma, eps, floor, silu, scale);
         (q, <Self as AutodiffBackend>::from_inner(amax))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_silu_nvfp4(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+    ) -> QuantizedTensor<Self> {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        B::rms_norm_silu_nvfp4(x, gamma, eps, floor, silu, cudnn, s_enc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_silu_nvfp4_parts(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+        swizzled: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        B::rms_norm_silu_nvfp4_parts(x, gamma, eps, floor, silu, cudnn, s_enc, swizzled)
     }
 
     fn rms_norm_silu_dim(

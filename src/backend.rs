@@ -7,7 +7,7 @@
 
 use burn::backend::{
     Backend, backend_extension,
-    tensor::{FloatTensor, QuantizedTensor},
+    tensor::{FloatTensor, IntTensor, QuantizedTensor},
 };
 
 /// Backends that can run the fused RMSNorm (+ SiLU).
@@ -86,6 +86,54 @@ pub trait RmsNormSiluBackend: Backend {
         scale: f32,
     ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
         crate::fp8::unsupported::<Self, _>(x, gamma, eps, floor, silu, scale)
+    }
+
+    /// The op over the last axis written as NVFP4 (`crate::nvfp4`): E2M1 values, E4M3 scales
+    /// per block of 16, per-tensor decode scale `1 / s_enc` (1 with `cudnn`), as a quantised
+    /// tensor. CubeCL backends quantise inside the fused kernel; others refuse.
+    #[fusion(dtype = burn::tensor::DType::QFloat(crate::nvfp4::nvfp4_scheme()), shape = x)]
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_silu_nvfp4(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+    ) -> QuantizedTensor<Self> {
+        crate::nvfp4::unsupported::<Self, _>(x, gamma, eps, floor, silu, cudnn, s_enc)
+    }
+
+    /// [`Self::rms_norm_silu_nvfp4`] as raw parts: the values `[rows, C / 2]` and the scales
+    /// (row-major `[rows * C / 16]`, or the cuBLASLt 128x4 swizzled layout with `swizzled`),
+    /// both u8.
+    #[fusion(meta = |x, _gamma, _eps, _floor, _silu, _cudnn, _s_enc, swizzled| {
+        let (values, scales) = crate::nvfp4::parts_shapes(&x.shape, *swizzled);
+        (
+            burn::backend::fusion::custom::TensorSpec::new(
+                burn::tensor::Shape::new(values),
+                burn::tensor::DType::U8,
+            ),
+            burn::backend::fusion::custom::TensorSpec::new(
+                burn::tensor::Shape::new(scales),
+                burn::tensor::DType::U8,
+            ),
+        )
+    })]
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_silu_nvfp4_parts(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+        swizzled: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        let _ = swizzled;
+        crate::nvfp4::unsupported::<Self, _>(x, gamma, eps, floor, silu, cudnn, s_enc)
     }
 
     /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient

@@ -11,6 +11,9 @@ use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
 use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
+use rmsnorm_silu_kernels::nvfp4::{
+    Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
+};
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, select_knobs};
@@ -93,6 +96,50 @@ impl RmsNormSiluBackend for CubeBackend {
         (q, amax)
     }
 
+    fn rms_norm_silu_nvfp4(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+    ) -> CubeTensor {
+        forward_nvfp4(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+            recipe(cudnn),
+            s_enc,
+        )
+    }
+
+    fn rms_norm_silu_nvfp4_parts(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        cudnn: bool,
+        s_enc: f32,
+        swizzled: bool,
+    ) -> (CubeTensor, CubeTensor) {
+        forward_nvfp4_parts(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+            recipe(cudnn),
+            s_enc,
+            if swizzled {
+                ScaleLayout::Swizzled128x4
+            } else {
+                ScaleLayout::RowMajor
+            },
+        )
+    }
+
     fn rms_norm_silu_backward(
         x: CubeTensor,
         gamma: CubeTensor,
@@ -150,6 +197,92 @@ pub fn forward_fp8(
         "rms_norm_silu_fp8",
     );
     q
+}
+
+fn recipe(cudnn: bool) -> Fp4Recipe {
+    if cudnn {
+        Fp4Recipe::Cudnn
+    } else {
+        Fp4Recipe::TransformerEngine
+    }
+}
+
+/// The NVFP4 kernel writing into a new quantised tensor's values and block scales; its
+/// per-tensor scale word is the decode scale (`1 / s_enc`, or 1 for cuDNN's recipe).
+pub fn forward_nvfp4(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    recipe: Fp4Recipe,
+    s_enc: f32,
+) -> CubeTensor {
+    let shape = x.shape();
+    let rows = RowInputs::new(x, gamma);
+    let q = empty_qtensor(
+        shape,
+        crate::nvfp4::nvfp4_scheme(),
+        &rows.x.device,
+        MemoryLayoutStrategy::Contiguous,
+    );
+    let (values, scales) = q
+        .quantized_handles()
+        .expect("a quantised tensor has handles");
+    let global = q.global().expect("NVFP4 has a per-tensor scale");
+    let decode = match recipe {
+        Fp4Recipe::Cudnn => 1.0,
+        Fp4Recipe::TransformerEngine => 1.0 / s_enc,
+    };
+    write_f32(&rows.x.client, global.handle.clone(), decode);
+    rows.launch_nvfp4(
+        values.handle.clone(),
+        scales.handle.clone(),
+        recipe,
+        ScaleLayout::RowMajor,
+        s_enc,
+        norm,
+        activation,
+    );
+    q
+}
+
+/// The NVFP4 kernel writing raw parts: values `[rows, C / 2]` u8 and scales in `layout` (u8).
+pub fn forward_nvfp4_parts(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    recipe: Fp4Recipe,
+    s_enc: f32,
+    layout: ScaleLayout,
+) -> (CubeTensor, CubeTensor) {
+    let shape = x.shape();
+    let (values_shape, scales_shape) =
+        crate::nvfp4::parts_shapes(shape.as_slice(), layout == ScaleLayout::Swizzled128x4);
+    let rows = RowInputs::new(x, gamma);
+    let (client, device) = (rows.x.client.clone(), rows.x.device.clone());
+    let values = empty_device_contiguous_dtype(
+        client.clone(),
+        device.clone(),
+        burn::tensor::Shape::new(values_shape),
+        DType::U8,
+    );
+    let scales = empty_device_contiguous_dtype(
+        client,
+        device,
+        burn::tensor::Shape::new(scales_shape),
+        DType::U8,
+    );
+    rows.launch_nvfp4(
+        values.handle.clone(),
+        scales.handle.clone(),
+        recipe,
+        layout,
+        s_enc,
+        norm,
+        activation,
+    );
+    (values, scales)
 }
 
 /// The fused backward over the last axis (`kernels::backward`), on dense rows (other layouts
@@ -404,6 +537,56 @@ impl RowInputs {
                 out_row_stride: channels,
             },
         }
+    }
+
+    /// Launches the NVFP4 kernel with the heuristic knobs (the vector width narrowed to the
+    /// alignment of `x` and `gamma`).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_nvfp4(
+        &self,
+        codes: rmsnorm_silu_kernels::cubecl::server::Handle,
+        scales: rmsnorm_silu_kernels::cubecl::server::Handle,
+        recipe: Fp4Recipe,
+        layout: ScaleLayout,
+        s_enc: f32,
+        norm: NormParams,
+        activation: Activation,
+    ) {
+        let problem = self.problem;
+        let mut knobs = heuristic_fp4_knobs(&self.x.client, problem.channels, self.x_type.size());
+        let align = common_alignment(&[&self.x, &self.gamma]);
+        while knobs.vector_size > 1
+            && (!problem.x_row_stride.is_multiple_of(knobs.vector_size)
+                || !align.is_multiple_of((knobs.vector_size * self.x_type.size()) as u64)
+                || !align.is_multiple_of((knobs.vector_size * self.gamma_type.size()) as u64))
+        {
+            knobs.vector_size /= 2;
+        }
+        let target = Fp4Target {
+            codes,
+            scales,
+            recipe,
+            layout,
+            s_enc,
+        };
+        launch_forward_nvfp4(
+            &self.x.client,
+            self.x.handle.clone(),
+            self.gamma.handle.clone(),
+            target,
+            self.x_type,
+            self.gamma_type,
+            problem,
+            norm,
+            activation,
+            &knobs,
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "rms_norm_silu_nvfp4: {e} (rows {}, C {})",
+                problem.rows, problem.channels
+            )
+        });
     }
 
     /// Selects the knobs for writing into `out` (its alignment counts) and launches.

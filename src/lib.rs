@@ -12,6 +12,8 @@
 //!   reading channels-last and dense channels-first memory in place.
 //! - [`rms_norm_silu_with`] and [`RmsNormSiluOptions`]: the Wan-VAE (`F.normalize`) variant,
 //!   and the plain norm without SiLU.
+//! - [`rms_norm_silu_fp8`], [`rms_norm_silu_nvfp4`]: quantised outputs (FP8 E4M3, NVFP4) as
+//!   Burn `QFloat` tensors, and [`rms_norm_silu_nvfp4_parts`] for block-scaled GEMMs.
 //! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
 //!
 //! Rooms: [`api`] validates arguments and routes a `Tensor` to the backend extension
@@ -27,10 +29,15 @@ pub mod composed;
 pub mod cube;
 pub mod fp8;
 pub mod module;
+pub mod nvfp4;
 
 pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_with};
 pub use backend::RmsNormSiluBackend;
 pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
+pub use nvfp4::{
+    Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
+    rms_norm_silu_nvfp4_with,
+};
 pub use rmsnorm_silu_kernels as kernels;
 pub use rmsnorm_silu_kernels::Activation;

@@ -16,5 +16,6 @@ mod fp8;
 mod fusion;
 mod kernel_knobs;
 mod module;
+mod nvfp4;
 mod properties;
 mod wan_vae;

@@ -134,7 +134,14 @@ pub fn te_global_scale(amax: f32) -> f32 {
 
 /// Quantises 16 values with `recipe`.
 pub fn nvfp4_block(values: &[f32; 16], recipe: Nvfp4Recipe) -> Fp4Block {
-    let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    // NaN-propagating: a NaN makes the block's scale the E4M3 NaN (its codes are then 0x7).
+    let amax = values.iter().fold(0.0f32, |m, v| {
+        if m.is_nan() || v.is_nan() {
+            f32::NAN
+        } else {
+            m.max(v.abs())
+        }
+    });
     let (scale, encode_scale) = match recipe {
         Nvfp4Recipe::Te { s_enc } => {
             let scale = e4m3_encode(amax * s_enc / E2M1_MAX);
@@ -142,7 +149,12 @@ pub fn nvfp4_block(values: &[f32; 16], recipe: Nvfp4Recipe) -> Fp4Block {
             (scale, if s == 0.0 { 0.0 } else { s_enc / s })
         }
         Nvfp4Recipe::Cudnn => {
-            let sf = (amax / E2M1_MAX).max(f32::MIN_POSITIVE);
+            let sf = amax / E2M1_MAX;
+            let sf = if sf < f32::MIN_POSITIVE {
+                f32::MIN_POSITIVE
+            } else {
+                sf
+            };
             (e4m3_encode(sf), 1.0 / sf)
         }
     };

@@ -94,6 +94,8 @@ impl core::fmt::Display for Fp4Knobs {
 /// The comptime configuration of one compiled NVFP4 kernel.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Fp4Config {
+    /// Elements per load (`N`), known here so block sizes are comptime.
+    pub vector_size: usize,
     pub lanes_per_row: u32,
     pub rows_per_cube: u32,
     pub blocks_per_lane: usize,
@@ -151,13 +153,14 @@ fn store_block<S: Float, N: Size>(
     scale_index: usize,
     s_enc: f32,
     #[comptime] recipe: Fp4Recipe,
+    #[comptime] vector_size: usize,
 ) {
-    let per_block = comptime![BLOCK / N::value()];
+    let per_block = comptime![BLOCK / vector_size];
     let mut amax = 0.0f32;
     #[unroll]
     for h in 0..per_block {
         #[unroll]
-        for k in 0..N::value() {
+        for k in 0..vector_size {
             amax = nan_max(amax, ys[h].extract(k).abs());
         }
     }
@@ -184,9 +187,9 @@ fn store_block<S: Float, N: Size>(
     #[unroll]
     for h in 0..per_block {
         #[unroll]
-        for k in 0..N::value() {
+        for k in 0..vector_size {
             // Element e of the block: constant after unrolling, so the branch folds away.
-            let e = u32::cast_from(h * N::value() + k);
+            let e = u32::cast_from(h * vector_size + k);
             let code = e2m1_code(ys[h].extract(k) * encode);
             if e < 8u32 {
                 lo |= code << (4u32 * e);
@@ -239,7 +242,7 @@ fn block_y<E: Float, G: Float, N: Size>(
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
 ) {
-    let per_block = comptime![BLOCK / N::value()];
+    let per_block = comptime![BLOCK / cfg.vector_size];
     let sv = Vector::<f32, N>::new(scale);
     #[unroll]
     for h in 0..per_block {
@@ -276,7 +279,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     let lanes = comptime![cfg.lanes_per_row as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
     let bpl = comptime![cfg.blocks_per_lane];
-    let per_block = comptime![BLOCK / N::value()];
+    let per_block = comptime![BLOCK / cfg.vector_size];
     let rcfg = comptime![cfg.rows()];
     let shared_len = comptime![match cfg.lane_reduce {
         LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
@@ -292,11 +295,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     let mut rescued = Array::<f32>::new(1usize);
     let small = small_eps(eps, floor);
     let mut ys = Array::<Vector<f32, N>>::new(per_block);
-    let cache_len = comptime![if bpl > 0 {
-        bpl * BLOCK / N::value()
-    } else {
-        per_block
-    }];
+    let cache_len = comptime![if bpl > 0 { bpl * per_block } else { per_block }];
     let mut xs = Array::<Vector<E, N>>::new(cache_len);
 
     while group < groups {
@@ -380,6 +379,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                                 scale_offset(row, b, blocks, column_tiles, cfg.layout),
                                 s_enc,
                                 cfg.recipe,
+                                cfg.vector_size,
                             );
                         }
                     }
@@ -399,6 +399,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                             scale_offset(row, b, blocks, column_tiles, cfg.layout),
                             s_enc,
                             cfg.recipe,
+                            cfg.vector_size,
                         );
                         b += lanes;
                     }
@@ -421,6 +422,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                         scale_offset(row, b, blocks, column_tiles, cfg.layout),
                         s_enc,
                         cfg.recipe,
+                        cfg.vector_size,
                     );
                     b += lanes;
                 }
@@ -492,7 +494,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         return Fp4Knobs {
             vector_size,
             lanes_per_row: 1,
-            rows_per_cube: 4,
+            rows_per_cube: 2.min(hw.max_units_per_cube).max(1),
             blocks_per_lane: if blocks <= 16 { blocks } else { 0 },
             lane_reduce: LaneReduce::Shared,
             fast_math,
@@ -616,6 +618,7 @@ pub fn launch_forward_nvfp4(
     }
     let cached = knobs.blocks_per_lane > 0 && lanes as usize * knobs.blocks_per_lane >= blocks;
     let cfg = Fp4Config {
+        vector_size: v,
         lanes_per_row: lanes,
         rows_per_cube: knobs.rows_per_cube,
         blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },

@@ -1,0 +1,223 @@
+//! NVFP4 output: E2M1 values in blocks of 16 along C, one E4M3 scale per block, one f32 scale
+//! per tensor; as a Burn quantised tensor or as the raw parts a block-scaled GEMM reads.
+//!
+//! Two recipes (see `../shared/docs/FORMATS.md`):
+//! - [`Nvfp4Scaling::GlobalScale`] / [`Nvfp4Scaling::TensorAmax`] (TransformerEngine, vLLM,
+//!   FlashInfer): a global encode scale `s_enc` (given, or `448 * 6 / amax` from a tensor amax
+//!   the caller has, e.g. from the previous step's FP8 amax); block scale
+//!   `s_b = e4m3(amax_b * s_enc / 6)`; values `e2m1(y * (s_enc / s_b))` (the rounded scale);
+//!   dequantise `q * s_b / s_enc`.
+//! - [`Nvfp4Scaling::Cudnn`] (the cuDNN engine): no global scale, `sf = max(amax_b / 6,
+//!   FLT_MIN)` kept in fp32 for the encode, stored as E4M3; dequantise `q * e4m3(sf)`.
+//!
+//! The Burn tensor's per-tensor scale is the *decode* scale (`1 / s_enc`, or 1 for cuDNN's
+//! recipe), Burn's convention, so its `dequantize()` gives `q * s_b * global`.
+
+use burn::backend::{Backend, tensor::FloatTensor};
+use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
+use burn::tensor::{Int, Tensor};
+
+use crate::api::{RmsNormSiluOptions, check_arguments};
+use crate::backend::RmsNormSiluBackend;
+use burn::backend::Dispatch;
+pub use rmsnorm_silu_kernels::formats::te_global_scale;
+pub use rmsnorm_silu_kernels::nvfp4::ScaleLayout;
+
+/// Burn's NVFP4 scheme: E2M1 values packed eight per u32 word along the last axis (element `i`
+/// of a word in bits `4i..4i+4`, the same bytes as two per byte, low nibble first; Burn's CubeCL
+/// dequantiser reads E2M1 only from u32 words), UE4M3 scales per
+/// block of 16, an f32 per-tensor scale.
+pub fn nvfp4_scheme() -> QuantScheme {
+    QuantScheme::default()
+        .with_value(QuantValue::E2M1)
+        .with_store(QuantStore::PackedU32(0))
+        .per_block([16], ScaleDtype::UE4M3)
+        .per_tensor(ScaleDtype::F32)
+}
+
+/// How the NVFP4 block scales are formed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Nvfp4Scaling {
+    /// TransformerEngine recipe with this global encode scale `s_enc` (finite, > 0).
+    GlobalScale(f32),
+    /// TransformerEngine recipe with `s_enc = 448 * 6 / amax` from this tensor amax of `y`
+    /// (`>= 0`; 0 gives `s_enc = 1`).
+    TensorAmax(f32),
+    /// The cuDNN engine's recipe: no global scale.
+    Cudnn,
+}
+
+impl Nvfp4Scaling {
+    /// `(cudnn, s_enc)` for the kernel; panics naming the argument when the value is invalid.
+    fn kernel_arguments(self) -> (bool, f32) {
+        match self {
+            Nvfp4Scaling::GlobalScale(s) => {
+                assert!(
+                    s.is_finite() && s > 0.0,
+                    "rms_norm_silu_nvfp4: `scaling` GlobalScale must be finite and > 0, got {s}"
+                );
+                (false, s)
+            }
+            Nvfp4Scaling::TensorAmax(amax) => {
+                assert!(
+                    amax.is_finite() && amax >= 0.0,
+                    "rms_norm_silu_nvfp4: `scaling` TensorAmax must be finite and >= 0, got {amax}"
+                );
+                (false, te_global_scale(amax))
+            }
+            Nvfp4Scaling::Cudnn => (true, 1.0),
+        }
+    }
+
+    /// The per-tensor decode scale a GEMM (or Burn's `dequantize`) multiplies by.
+    pub fn decode_scale(self) -> f32 {
+        match self.kernel_arguments() {
+            (true, _) => 1.0,
+            (false, s_enc) => 1.0 / s_enc,
+        }
+    }
+}
+
+/// The raw NVFP4 parts of a `[.., C]` tensor viewed as `rows x C`.
+#[derive(Clone, Debug)]
+pub struct Nvfp4Parts {
+    /// `[rows, C / 2]` bytes (dtype u8): element `2i` in the low nibble of byte `i`.
+    pub values: Tensor<2, Int>,
+    /// The E4M3 scale bytes (dtype u8): `[rows, C / 16]` row-major, or for
+    /// [`ScaleLayout::Swizzled128x4`] `[ceil(rows / 128) * 128 * ceil(C / 64) * 4]` in the
+    /// cuBLASLt layout, padding zero.
+    pub scales: Tensor<1, Int>,
+    /// The per-tensor decode scale (`1 / s_enc`; 1 for [`Nvfp4Scaling::Cudnn`]).
+    pub global_scale: f32,
+    pub layout: ScaleLayout,
+}
+
+/// Non-CubeCL backends: refused (Burn's own E2M1 quantiser differs from NVIDIA's recipe, and a
+/// composed fallback would hand back a different encoding).
+///
+/// # Panics
+/// Always.
+#[allow(clippy::too_many_arguments)]
+pub fn unsupported<B: Backend, T>(
+    _x: FloatTensor<B>,
+    _gamma: FloatTensor<B>,
+    _eps: f32,
+    _floor: f32,
+    _silu: bool,
+    _cudnn: bool,
+    _s_enc: f32,
+) -> T {
+    panic!(
+        "rms_norm_silu_nvfp4: NVFP4 output needs a CubeCL backend (CUDA or the CubeCL CPU \
+         runtime, `Device::cuda(..)` / `Device::cpu()`); this backend has no fused NVFP4 path"
+    )
+}
+
+/// [`rms_norm_silu_nvfp4_with`] with cuDNN semantics: `rsqrt(mean(x^2) + eps)`, then SiLU.
+///
+/// # Panics
+/// As [`rms_norm_silu_nvfp4_with`].
+pub fn rms_norm_silu_nvfp4<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    eps: f32,
+    scaling: Nvfp4Scaling,
+) -> Tensor<D> {
+    rms_norm_silu_nvfp4_with(x, gamma, RmsNormSiluOptions::rms(eps), scaling)
+}
+
+/// The op over the last axis written as NVFP4, returned as a quantised (`QFloat`,
+/// [`nvfp4_scheme`]) tensor: one fused kernel on CubeCL backends (0.5 + 1/16 bytes written per
+/// element).
+///
+/// # Panics
+/// As [`crate::rms_norm_silu_with`]; when C is not a multiple of 16; when `scaling` holds an
+/// invalid value; on backends other than CubeCL ones.
+pub fn rms_norm_silu_nvfp4_with<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    scaling: Nvfp4Scaling,
+) -> Tensor<D> {
+    let (params, silu, cudnn, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        params.eps,
+        params.floor,
+        silu,
+        cudnn,
+        s_enc,
+    );
+    Tensor::from_dispatch(out)
+}
+
+/// The op over the last axis as raw NVFP4 parts for a block-scaled GEMM, with the scales in
+/// `layout`.
+///
+/// # Panics
+/// As [`rms_norm_silu_nvfp4_with`].
+pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    scaling: Nvfp4Scaling,
+    layout: ScaleLayout,
+) -> Nvfp4Parts {
+    let (params, silu, cudnn, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let (values, scales) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_parts(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        params.eps,
+        params.floor,
+        silu,
+        cudnn,
+        s_enc,
+        layout == ScaleLayout::Swizzled128x4,
+    );
+    Nvfp4Parts {
+        values: Tensor::from_dispatch(values),
+        scales: Tensor::from_dispatch(scales),
+        global_scale: scaling.decode_scale(),
+        layout,
+    }
+}
+
+/// The shapes of the parts of `x_shape` (values `[rows, C / 2]`, scales as [`Nvfp4Parts`]).
+pub fn parts_shapes(x_shape: &[usize], swizzled: bool) -> ([usize; 2], [usize; 1]) {
+    let channels = x_shape.last().copied().unwrap_or(0);
+    let rows = x_shape
+        .iter()
+        .product::<usize>()
+        .checked_div(channels)
+        .unwrap_or(0);
+    let scales = if swizzled {
+        rmsnorm_silu_kernels::formats::swizzled_scale_bytes(rows, channels)
+    } else {
+        rows * (channels / 16)
+    };
+    ([rows, channels / 2], [scales])
+}
+
+/// Checks the NVFP4 arguments (panicking with a message naming the bad one).
+fn nvfp4_arguments<const D: usize>(
+    x: &Tensor<D>,
+    gamma: &Tensor<1>,
+    options: &RmsNormSiluOptions,
+    scaling: Nvfp4Scaling,
+) -> (rmsnorm_silu_kernels::NormParams, bool, bool, f32) {
+    let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
+    assert!(
+        channels.is_multiple_of(16),
+        "rms_norm_silu_nvfp4: `x`'s last axis must be a multiple of 16 (NVFP4 blocks), got C = \
+         {channels}"
+    );
+    let (cudnn, s_enc) = scaling.kernel_arguments();
+    let params = options.norm.params(channels);
+    (
+        params,
+        options.activation == crate::Activation::Silu,
+        cudnn,
+        s_enc,
+    )
+}

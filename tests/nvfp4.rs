@@ -1,0 +1,450 @@
+//! NVFP4 output: the kernel's bytes against the host quantiser (`formats::nvfp4_block`) applied
+//! to the f64 reference rounded to f32, both recipes, both scale layouts; Burn's own
+//! `dequantize()` of the returned `QFloat` tensor against the host decoder; the errors.
+
+use burn::tensor::{DType, Tensor};
+use rmsnorm_silu_kernels::LaneReduce;
+use rmsnorm_silu_kernels::formats::{
+    Fp4Block, Nvfp4Recipe, e4m3_decode, nvfp4_block, nvfp4_dequantize, swizzled_scale_bytes,
+    swizzled_scale_offset, te_global_scale,
+};
+use rmsnorm_silu_kernels::nvfp4::{
+    Fp4Knobs, Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
+};
+use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem};
+
+use burn_rmsnorm_silu::{
+    Nvfp4Scaling, RmsNormSiluOptions, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
+};
+
+use crate::common::*;
+use crate::kernel_knobs::{cube_device, elem, upload};
+
+/// Host blocks of `y` (row-major `rows x channels`, rounded to f32 first).
+fn host_blocks(y: &[f64], recipe: Nvfp4Recipe) -> Vec<Fp4Block> {
+    y.chunks_exact(16)
+        .map(|chunk| {
+            let mut b = [0f32; 16];
+            for (o, &v) in b.iter_mut().zip(chunk) {
+                *o = v as f32;
+            }
+            nvfp4_block(&b, recipe)
+        })
+        .collect()
+}
+
+/// The signed position of an E2M1 code on the number line (-7..=7), for "within one code".
+fn ordinal(code: u8) -> i32 {
+    let m = (code & 7) as i32;
+    if code & 8 != 0 { -m } else { m }
+}
+
+/// Compares kernel bytes (`codes` row-major, `scales` row-major) with the host's; returns
+/// (differing scales, differing nibbles). Every nibble of a block with the host's scale is
+/// within one code of the host's; a block whose scale differs (fp32 rounding of `y` at an
+/// E4M3 rounding boundary) is one scale code away.
+fn compare_blocks(codes: &[u8], scales: &[u8], host: &[Fp4Block], what: &str) -> (usize, usize) {
+    let (mut scale_diffs, mut nibble_diffs) = (0, 0);
+    for (b, h) in host.iter().enumerate() {
+        let got_scale = scales[b];
+        let nan = e4m3_decode(got_scale).is_nan();
+        if nan || e4m3_decode(h.scale).is_nan() {
+            assert!(
+                nan && e4m3_decode(h.scale).is_nan(),
+                "{what}: block {b}: scale {got_scale:#04x} vs host {:#04x}",
+                h.scale
+            );
+        } else if got_scale != h.scale {
+            scale_diffs += 1;
+            assert_eq!(
+                (got_scale as i32 - h.scale as i32).abs(),
+                1,
+                "{what}: block {b}: scale {got_scale:#04x} vs host {:#04x}",
+                h.scale
+            );
+            continue;
+        }
+        for i in 0..8 {
+            let got = codes[b * 8 + i];
+            let want = h.packed[i];
+            for (g, w) in [(got & 15, want & 15), (got >> 4, want >> 4)] {
+                if g != w {
+                    nibble_diffs += 1;
+                    assert!(
+                        (ordinal(g) - ordinal(w)).abs() <= 1,
+                        "{what}: block {b} byte {i}: nibble {g:#x} vs host {w:#x}"
+                    );
+                }
+            }
+        }
+    }
+    (scale_diffs, nibble_diffs)
+}
+
+/// Launches the kernel into poisoned buffers and returns (codes, scales) bytes.
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    x: &[f64],
+    gamma: &[f64],
+    rows: usize,
+    channels: usize,
+    dtype: DType,
+    norm: NormParams,
+    recipe: Fp4Recipe,
+    layout: ScaleLayout,
+    s_enc: f32,
+) -> (Vec<u8>, Vec<u8>) {
+    let device = cube_device();
+    let knobs = heuristic_fp4_knobs(&device.client(), channels, dtype.size());
+    launch_with(
+        x, gamma, rows, channels, dtype, norm, recipe, layout, s_enc, knobs,
+    )
+}
+
+/// [`launch`] with explicit knobs.
+#[allow(clippy::too_many_arguments)]
+fn launch_with(
+    x: &[f64],
+    gamma: &[f64],
+    rows: usize,
+    channels: usize,
+    dtype: DType,
+    norm: NormParams,
+    recipe: Fp4Recipe,
+    layout: ScaleLayout,
+    s_enc: f32,
+    knobs: Fp4Knobs,
+) -> (Vec<u8>, Vec<u8>) {
+    let device = cube_device();
+    let xt = upload(x, vec![rows, channels], dtype, &device);
+    let gt = upload(gamma, vec![channels], dtype, &device);
+    let client = xt.client.clone();
+    let scale_len = match layout {
+        ScaleLayout::RowMajor => rows * channels / 16,
+        ScaleLayout::Swizzled128x4 => swizzled_scale_bytes(rows, channels),
+    };
+    // Poison: 0xFF everywhere (an E4M3 NaN scale, -6 codes).
+    let codes = client.create_from_slice(&vec![0xFFu8; rows * channels / 2]);
+    let scales = client.create_from_slice(&vec![0xFFu8; scale_len.max(1)]);
+    let target = Fp4Target {
+        codes: codes.clone(),
+        scales: scales.clone(),
+        recipe,
+        layout,
+        s_enc,
+    };
+    launch_forward_nvfp4(
+        &client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        target,
+        elem(dtype),
+        elem(dtype),
+        RowsProblem::dense(rows, channels),
+        norm,
+        Activation::Silu,
+        &knobs,
+    )
+    .unwrap_or_else(|e| panic!("{knobs}: {e}"));
+    (
+        client.read_one_unchecked(codes).to_vec(),
+        client.read_one_unchecked(scales).to_vec(),
+    )
+}
+
+#[test]
+fn nvfp4_bytes_match_the_host_quantiser() {
+    let mut rng = rng("nvfp4");
+    for (rows, channels, dtype) in [
+        (37, 96, DType::BF16),
+        (5, 1024, DType::BF16),
+        (3, 16, DType::F32),
+        (1, 4096, DType::F16),
+        (130, 48, DType::BF16),
+    ] {
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, dtype);
+        let norm = NormParams::rms(eps);
+        let y = reference(&x, &gamma, norm, Activation::Silu);
+        let amax = y.iter().fold(0f64, |m, v| m.max(v.abs())) as f32;
+        for (recipe, s_enc, host_recipe) in [
+            (
+                Fp4Recipe::TransformerEngine,
+                te_global_scale(amax),
+                Nvfp4Recipe::Te {
+                    s_enc: te_global_scale(amax),
+                },
+            ),
+            (
+                Fp4Recipe::TransformerEngine,
+                3.0,
+                Nvfp4Recipe::Te { s_enc: 3.0 },
+            ),
+            (Fp4Recipe::Cudnn, 1.0, Nvfp4Recipe::Cudnn),
+        ] {
+            let what = format!("T={rows} C={channels} {dtype:?} {recipe:?} s_enc={s_enc}");
+            let (codes, scales) = launch(
+                &x,
+                &gamma,
+                rows,
+                channels,
+                dtype,
+                norm,
+                recipe,
+                ScaleLayout::RowMajor,
+                s_enc,
+            );
+            let host = host_blocks(&y, host_recipe);
+            let (s, n) = compare_blocks(&codes, &scales, &host, &what);
+            eprintln!(
+                "{what}: {s} of {} scales and {n} of {} codes differ (by one)",
+                host.len(),
+                rows * channels
+            );
+            assert!(
+                s * 100 <= host.len().max(100) && n * 200 <= rows * channels,
+                "{what}: too many differences"
+            );
+        }
+    }
+}
+
+/// Every knob path (one or several lanes per row, plane or shared-memory reduction, blocks
+/// cached in registers or streamed, several rows per cube, a capped grid) gives the host's
+/// bytes, including rows whose fp32 sum of squares overflows (~1e30) or underflows (eps 0):
+/// the rescue pass.
+#[test]
+fn every_nvfp4_knob_path_matches_the_host() {
+    let device = cube_device();
+    let client = device.client();
+    let hw = client.properties().hardware.clone();
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let mut rng = rng("nvfp4_knobs");
+    let (rows, channels) = (13, 160);
+    let (mut x, gamma, _) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
+    for c in 0..channels {
+        x[2 * channels + c] *= 1e30; // overflows the fp32 sum of squares
+        x[5 * channels + c] *= 1e-30; // underflows it (eps = 0)
+    }
+    let norm = NormParams::rms(0.0);
+    let y = reference(&x, &gamma, norm, Activation::Silu);
+    let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+    for lanes in [1u32, 2, 4, 8, 16] {
+        for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
+            for rows_per_cube in [1u32, 2, 4] {
+                for blocks_per_lane in [0, 10usize.div_ceil(lanes as usize)] {
+                    for max_cubes in [None, Some(2)] {
+                        let knobs = Fp4Knobs {
+                            vector_size: 4,
+                            lanes_per_row: lanes,
+                            rows_per_cube,
+                            blocks_per_lane,
+                            lane_reduce: reduce,
+                            fast_math: false,
+                            max_cubes,
+                        };
+                        let plane_ok = reduce == LaneReduce::Shared
+                            || lanes == 1
+                            || (plane_ops && lanes <= hw.plane_size_min);
+                        if lanes * rows_per_cube > hw.max_units_per_cube || !plane_ok {
+                            continue;
+                        }
+                        let (codes, scales) = launch_with(
+                            &x,
+                            &gamma,
+                            rows,
+                            channels,
+                            DType::F32,
+                            norm,
+                            Fp4Recipe::Cudnn,
+                            ScaleLayout::RowMajor,
+                            1.0,
+                            knobs,
+                        );
+                        let (s, n) = compare_blocks(&codes, &scales, &host, &knobs.to_string());
+                        assert!(s + n <= 2, "{knobs}: {s} scales and {n} codes differ");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The swizzled scale layout holds the row-major scales at the formula's offsets, for T not a
+/// multiple of 128 and C / 16 not a multiple of 4, and zeros in every padding byte.
+#[test]
+fn swizzled_scales_follow_the_formula_with_zero_padding() {
+    let mut rng = rng("nvfp4_swizzle");
+    for (rows, channels) in [(130, 48), (1, 16), (257, 80), (128, 64)] {
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+        let norm = NormParams::rms(eps);
+        let args = |layout| {
+            launch(
+                &x,
+                &gamma,
+                rows,
+                channels,
+                DType::BF16,
+                norm,
+                Fp4Recipe::TransformerEngine,
+                layout,
+                2.0,
+            )
+        };
+        let (codes_rm, scales_rm) = args(ScaleLayout::RowMajor);
+        let (codes_sw, scales_sw) = args(ScaleLayout::Swizzled128x4);
+        assert_eq!(codes_rm, codes_sw, "T={rows} C={channels}: codes");
+        let blocks = channels / 16;
+        let mut valid = vec![false; scales_sw.len()];
+        for m in 0..rows {
+            for k in 0..blocks {
+                let at = swizzled_scale_offset(m, k, channels);
+                assert_eq!(scales_sw[at], scales_rm[m * blocks + k], "({m}, {k})");
+                valid[at] = true;
+            }
+        }
+        for (i, (&byte, &v)) in scales_sw.iter().zip(&valid).enumerate() {
+            assert!(
+                v || byte == 0,
+                "T={rows} C={channels}: padding byte {i} = {byte:#04x}"
+            );
+        }
+    }
+}
+
+/// A NaN in one row makes its block's scale NaN and leaves every other block alone.
+#[test]
+fn nan_stays_in_its_block() {
+    let mut rng = rng("nvfp4_nan");
+    let (rows, channels) = (4, 64);
+    let (mut x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
+    x[channels + 20] = f64::NAN;
+    let norm = NormParams::rms(eps);
+    let y = reference(&x, &gamma, norm, Activation::Silu);
+    let (codes, scales) = launch(
+        &x,
+        &gamma,
+        rows,
+        channels,
+        DType::F32,
+        norm,
+        Fp4Recipe::Cudnn,
+        ScaleLayout::RowMajor,
+        1.0,
+    );
+    // Row 1 is all NaN (its rms is NaN): its four scales are NaN; the other rows match.
+    for (b, &s) in scales.iter().enumerate() {
+        assert_eq!(
+            e4m3_decode(s).is_nan(),
+            b / 4 == 1,
+            "block {b}: scale {s:#04x}"
+        );
+    }
+    let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+    compare_blocks(&codes, &scales, &host, "NaN row");
+}
+
+/// The public API: a `QFloat` NVFP4 tensor whose Burn `dequantize()` equals the host decoder
+/// applied to the kernel's own bytes (from the parts API), on the CubeCL device.
+#[test]
+fn nvfp4_api_returns_a_quantized_tensor_burn_dequantizes() {
+    for device in [device(), device().autodiff()] {
+        nvfp4_api_on(&device);
+    }
+}
+
+fn nvfp4_api_on(device: &burn::tensor::Device) {
+    let device = device.clone();
+    let mut rng = rng("nvfp4_api");
+    let (rows, channels) = (6, 64);
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+    let xt = tensor(&x, [2, 3, channels], DType::BF16, &device);
+    let gt = tensor(&gamma, [channels], DType::BF16, &device);
+    for scaling in [
+        Nvfp4Scaling::TensorAmax(3.0),
+        Nvfp4Scaling::GlobalScale(10.0),
+        Nvfp4Scaling::Cudnn,
+    ] {
+        let q = rms_norm_silu_nvfp4(xt.clone(), gt.clone(), eps, scaling);
+        assert!(
+            matches!(q.dtype(), DType::QFloat(_)),
+            "dtype {:?}",
+            q.dtype()
+        );
+        assert_eq!(q.dims(), [2, 3, channels]);
+        let deq = values(q.dequantize());
+        let parts = rms_norm_silu_nvfp4_parts(
+            xt.clone(),
+            gt.clone(),
+            RmsNormSiluOptions::rms(eps),
+            scaling,
+            ScaleLayout::RowMajor,
+        );
+        assert_eq!(parts.values.dims(), [rows, channels / 2]);
+        assert_eq!(parts.scales.dims(), [rows * channels / 16]);
+        let codes: Vec<u8> = bytes(parts.values);
+        let scales: Vec<u8> = bytes(parts.scales);
+        let global = parts.global_scale;
+        for (b, want_block) in codes.chunks_exact(8).enumerate() {
+            let block = Fp4Block {
+                packed: want_block.try_into().unwrap(),
+                scale: scales[b],
+            };
+            let want = nvfp4_dequantize(&block, Nvfp4Recipe::Cudnn);
+            for (i, w) in want.iter().enumerate() {
+                let w = (*w * global) as f64;
+                let got = deq[b * 16 + i];
+                assert!(
+                    (got - w).abs() <= 1e-6 * w.abs(),
+                    "{scaling:?} element {}: Burn {got} vs host {w}",
+                    b * 16 + i
+                );
+            }
+        }
+    }
+}
+
+fn bytes<const D: usize>(t: Tensor<D, burn::tensor::Int>) -> Vec<u8> {
+    t.into_data()
+        .iter::<i64>()
+        .map(|v| u8::try_from(v).expect("a byte"))
+        .collect()
+}
+
+#[test]
+#[should_panic(expected = "must be a multiple of 16")]
+fn nvfp4_needs_c_a_multiple_of_16() {
+    let device = device();
+    let x = Tensor::<2>::ones([2, 40], &device);
+    let g = Tensor::<1>::ones([40], &device);
+    let _ = rms_norm_silu_nvfp4(x, g, 1e-6, Nvfp4Scaling::Cudnn);
+}
+
+#[test]
+#[should_panic(expected = "GlobalScale must be finite and > 0")]
+fn nvfp4_global_scale_must_be_positive() {
+    let device = device();
+    let x = Tensor::<2>::ones([2, 32], &device);
+    let g = Tensor::<1>::ones([32], &device);
+    let _ = rms_norm_silu_nvfp4(x, g, 1e-6, Nvfp4Scaling::GlobalScale(0.0));
+}
+
+#[test]
+#[should_panic(expected = "TensorAmax must be finite and >= 0")]
+fn nvfp4_tensor_amax_must_be_finite() {
+    let device = device();
+    let x = Tensor::<2>::ones([2, 32], &device);
+    let g = Tensor::<1>::ones([32], &device);
+    let _ = rms_norm_silu_nvfp4(x, g, 1e-6, Nvfp4Scaling::TensorAmax(f32::NAN));
+}
+
+#[test]
+#[should_panic(expected = "NVFP4 output needs a CubeCL backend")]
+fn nvfp4_on_a_backend_without_the_kernel_is_refused() {
+    let device = burn::tensor::Device::flex();
+    let x = Tensor::<2>::ones([2, 32], &device);
+    let g = Tensor::<1>::ones([32], &device);
+    let _ = rms_norm_silu_nvfp4(x, g, 1e-6, Nvfp4Scaling::Cudnn);
+}
