@@ -6,6 +6,7 @@
 //! cargo bench --bench rmsnorm -- fallback      # heuristic vs best knobs on shapes outside the LUT
 //! cargo bench --bench rmsnorm -- channels      # the Wan VAE's channel-axis shapes, both layouts
 //! cargo bench --bench rmsnorm -- backward      # the fused backward against its copy roof
+//! cargo bench --bench rmsnorm -- quant         # FP8 and NVFP4 outputs (NVFP4 knobs swept)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //! ```
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
@@ -45,7 +46,7 @@ struct Args {
     device: String,
 }
 
-const MODES: [&str; 5] = ["bench", "tune", "fallback", "channels", "backward"];
+const MODES: [&str; 6] = ["bench", "tune", "fallback", "channels", "backward", "quant"];
 
 fn args() -> Args {
     let raw: Vec<String> = std::env::args()
@@ -552,6 +553,154 @@ fn backward(timer: &mut Timer, args: &Args) {
     write_file(args, "backward.csv", &csv);
 }
 
+/// The NVFP4 knob space for one shape: lanes per row 1..256 (plane shuffles up to the plane,
+/// shared memory above), 128 or 256 units per cube, blocks cached when at most 16 per lane
+/// (else streamed), PTX SiLU on or off.
+fn fp4_candidates(
+    client: &Client,
+    channels: usize,
+) -> Vec<burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs> {
+    use burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs;
+    let hw = &client.properties().hardware;
+    let blocks = channels / 16;
+    let mut out = Vec::new();
+    for lanes in [1u32, 2, 4, 8, 16, 32, 64, 128, 256] {
+        if lanes as usize > blocks.next_power_of_two() {
+            continue;
+        }
+        for units in [128u32, 256] {
+            if lanes > units {
+                continue;
+            }
+            let bpl = blocks.div_ceil(lanes as usize);
+            for fast_math in [true, false] {
+                out.push(Fp4Knobs {
+                    vector_size: 8,
+                    lanes_per_row: lanes,
+                    rows_per_cube: units / lanes,
+                    blocks_per_lane: if bpl <= 16 { bpl } else { 0 },
+                    lane_reduce: if lanes <= hw.plane_size_min {
+                        LaneReduce::Plane
+                    } else {
+                        LaneReduce::Shared
+                    },
+                    fast_math,
+                    max_cubes: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// FP8 (row kernel, selected knobs) and NVFP4 (heuristic knobs and the best of a sweep) on the
+/// tuned widths at T >= 24960, each against a copy of the same bytes in the same run (FP8 moves
+/// 2 + 1 bytes per element, NVFP4 2 + 0.5 + 1/16).
+fn quant(timer: &mut Timer, args: &Args) {
+    use burn_rmsnorm_silu::kernels::forward::launch_forward_fp8;
+    use burn_rmsnorm_silu::kernels::nvfp4::{
+        Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
+    };
+    use burn_rmsnorm_silu::kernels::select_knobs;
+    let client = timer.client.clone();
+    let mut csv = String::from(
+        "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
+         nvfp4_ratio,nvfp4_best_knobs\n",
+    );
+    let tokens: &[usize] = if args.quick {
+        &[99_840]
+    } else {
+        &[24_960, 99_840, 399_360]
+    };
+    for c in CHANNELS {
+        for &t in tokens {
+            let n = t * c;
+            let b = Buffers::new(timer, t, c);
+            let eps = 1e-6 / c as f32;
+            let norm = NormParams::rms(eps);
+            let scratch = client.empty(n * 2);
+            let copy_of = |bytes: usize| {
+                // Half the traffic read, half written.
+                let half = (bytes / 2).div_ceil(16) * 16;
+                median(&timer.time(2, 50, || timer.copy(&b.x, &scratch, half)))
+            };
+            // FP8: the row kernel's selected knobs.
+            let fp8_copy = copy_of(n * 3);
+            let knobs = select_knobs(&client, b.problem, 2, 2, 256);
+            let fp8 = median(&timer.time(2, 50, || {
+                launch_forward_fp8(
+                    &client,
+                    b.x.clone(),
+                    b.gamma.clone(),
+                    b.out.clone(),
+                    BF16,
+                    BF16,
+                    b.problem,
+                    norm,
+                    Activation::Silu,
+                    1.0,
+                    &knobs,
+                )
+                .expect("fp8 launch")
+            }));
+            // NVFP4: heuristic, then the sweep.
+            let nv_copy = copy_of(n * 2 + n / 2 + n / 16);
+            let scales = client.empty(n / 16);
+            let run = |k: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs, runs: usize| {
+                median(&timer.time(2, runs, || {
+                    launch_forward_nvfp4(
+                        &client,
+                        b.x.clone(),
+                        b.gamma.clone(),
+                        Fp4Target {
+                            codes: b.out.clone(),
+                            scales: scales.clone(),
+                            recipe: Fp4Recipe::TransformerEngine,
+                            layout: ScaleLayout::RowMajor,
+                            s_enc: 100.0,
+                        },
+                        BF16,
+                        BF16,
+                        b.problem,
+                        norm,
+                        Activation::Silu,
+                        k,
+                    )
+                    .expect("nvfp4 launch")
+                }))
+            };
+            let heuristic = heuristic_fp4_knobs(&client, c, 2);
+            let h_time = run(&heuristic, 50);
+            let mut best = (heuristic, h_time);
+            for k in fp4_candidates(&client, c) {
+                let time = run(&k, 15);
+                if time < best.1 {
+                    best = (k, time);
+                }
+            }
+            let best_time = run(&best.0, 50).min(h_time);
+            writeln!(
+                csv,
+                "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{}",
+                fp8 / fp8_copy,
+                best_time / nv_copy,
+                best.0
+            )
+            .unwrap();
+            println!(
+                "C={c:5} T={t:7}: fp8 {fp8:8.2} us (copy {fp8_copy:8.2}, x{:.3}) | nvfp4 heuristic \
+                 {h_time:8.2} us, best {best_time:8.2} us {} (copy {nv_copy:8.2}, x{:.3}, \
+                 heuristic x{:.3})",
+                fp8 / fp8_copy,
+                best.0,
+                best_time / nv_copy,
+                h_time / nv_copy
+            );
+        }
+    }
+    write_file(args, "quant.csv", &csv);
+}
+
 fn main() {
     let args = args();
     let device = match args.device.as_str() {
@@ -575,6 +724,7 @@ fn main() {
         "fallback" => fallback(&mut timer, &args),
         "channels" => channels(&mut timer, &args),
         "backward" => backward(&mut timer, &args),
+        "quant" => quant(&mut timer, &args),
         _ => bench(&mut timer, &device, &args),
     }
 }

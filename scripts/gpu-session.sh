@@ -25,8 +25,8 @@ for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
         tests) skip=(); [ -d gpu/fixtures/wan21_small ] || skip=(--skip wan_vae)
-               (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout 150 \
-                   ./tests --test-threads=4 ${skip[@]+"${skip[@]}"}) \
+               (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${TESTS_TIMEOUT:-150}" \
+                   ./tests --test-threads="${TESTS_THREADS:-4}" ${skip[@]+"${skip[@]}"}) \
                    > "$out/tests.log" 2>&1 ;;
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
@@ -36,6 +36,7 @@ for step in "${steps[@]}"; do
                    > "$out/tune.log" 2>&1 ;;
         fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
+        quant) (cd gpu && timeout "${QUANT_TIMEOUT:-200}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
         backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
@@ -70,3 +71,4 @@ for step in "${steps[@]}"; do
 done
 grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
+tail -n 40 "$out/quant.log" "$out/backward.log" 2>/dev/null | cut -c1-200

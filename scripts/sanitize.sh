@@ -23,6 +23,10 @@ sanitizer=$(command -v compute-sanitizer || echo "$CUDA_PATH/bin/compute-sanitiz
 # decoder tests are left out: they run Burn's convolutions for minutes and launch no kernel
 # variant the other tests do not.
 tests=(--skip wan_vae)
+# SANITIZE_FILTER="nvfp4 channels" limits the run to tests whose names contain those words
+# (for a re-check of changed kernels).
+read -r -a filter_words <<< "${SANITIZE_FILTER:-}"
+tests+=(${filter_words[@]+"${filter_words[@]}"})
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck initcheck synccheck)
 # Only this crate's kernels are instrumented (compute-sanitizer 2022+ option).
