@@ -7,7 +7,7 @@ use burn_cubecl::{
     ops::numeric::empty_device_contiguous_dtype, tensor::CubeTensor,
 };
 use rmsnorm_silu_kernels::backward::launch_backward;
-use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels};
+use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels, launch_channels_backward};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
 use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
@@ -285,9 +285,9 @@ pub fn forward_nvfp4_parts(
     (values, scales)
 }
 
-/// The fused backward over the last axis (`kernels::backward`), on dense rows (other layouts
-/// are copied); composed Burn ops for another axis, no rows, or rows too wide for the kernel's
-/// register cache.
+/// The fused backward: over the last axis the row kernels (`kernels::backward`) on dense rows
+/// (other layouts are copied); over another axis see [`backward_dim`]; composed Burn ops for no
+/// rows, other layouts of another axis, or rows too wide for the kernels' register caches.
 pub fn backward(
     x: CubeTensor,
     gamma: CubeTensor,
@@ -311,8 +311,12 @@ pub fn backward(
             activation == Activation::Silu,
         )
     };
-    if dim + 1 != rank || rows == 0 {
+    if rows == 0 {
         return composed(x, gamma, dy);
+    }
+    if dim + 1 != rank {
+        return backward_dim(&x, &gamma, &dy, dim, norm, activation)
+            .unwrap_or_else(|| composed(x, gamma, dy));
     }
     let dense = |t: CubeTensor| {
         let t = if row_pitch(t.meta.shape(), t.meta.strides()) == Some(channels)
@@ -354,6 +358,100 @@ pub fn backward(
         // Rows too wide for the register cache on this device.
         Err(_) => composed(x, gamma, dy),
     }
+}
+
+/// The backward over an axis other than the last, without moving data where the layout
+/// allows: channels-last memory (the axis contiguous, the other axes dense rows, in both `x` and
+/// `dy`) goes to the row backward with the output in the same order; dense channels-first
+/// tensors to the channels backward kernel; `None` for any other layout or a C
+/// too wide for the kernels' register caches (`None`).
+fn backward_dim(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    dy: &CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> Option<(CubeTensor, CubeTensor)> {
+    let shape = x.shape();
+    let rank = shape.num_dims();
+    let channels = shape[dim];
+    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let gd = into_contiguous(gamma.clone());
+    let dgamma = empty_device_contiguous_dtype(
+        gamma.client.clone(),
+        gamma.device.clone(),
+        gamma.shape(),
+        gamma.dtype,
+    );
+    let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
+    let mut inverse = vec![0; rank];
+    for (i, &a) in axes.iter().enumerate() {
+        inverse[a] = i;
+    }
+    let rows_view = |t: &CubeTensor| {
+        let mut moved = t.clone();
+        (!t.meta.is_tiled()
+            && moved.meta.permute(&axes).is_ok()
+            && row_pitch(moved.meta.shape(), moved.meta.strides()) == Some(channels))
+        .then_some(moved)
+    };
+    if let (Some(xr), Some(dyr)) = (rows_view(x), rows_view(dy)) {
+        let rows = shape.num_elements() / channels;
+        let mut dx =
+            empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xr.shape(), x.dtype);
+        let launched = launch_backward(
+            &x.client,
+            xr.handle.clone(),
+            gd.handle.clone(),
+            dyr.handle.clone(),
+            dx.handle.clone(),
+            dgamma.handle.clone(),
+            x_type,
+            gamma_type,
+            rows,
+            channels,
+            norm,
+            activation,
+        );
+        if launched.is_ok() {
+            dx.meta
+                .permute(&inverse)
+                .expect("the inverse of a permutation is a permutation");
+            return Some((dx, dgamma));
+        }
+        return None;
+    }
+    if x.is_contiguous() && dy.is_contiguous() && !x.meta.is_tiled() && !dy.meta.is_tiled() {
+        let dx = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            shape.clone(),
+            x.dtype,
+        );
+        let batches: usize = (0..dim).map(|d| shape[d]).product();
+        let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
+        let launched = launch_channels_backward(
+            &x.client,
+            x.handle.clone(),
+            gd.handle.clone(),
+            dy.handle.clone(),
+            dx.handle.clone(),
+            dgamma.handle.clone(),
+            x_type,
+            gamma_type,
+            batches,
+            channels,
+            positions,
+            norm,
+            activation,
+            None,
+        );
+        if launched.is_ok() {
+            return Some((dx, dgamma));
+        }
+    }
+    None
 }
 
 /// Normalises over axis `dim` without moving data where the layout allows:

@@ -365,7 +365,33 @@ pub fn launch_backward(
             cfg,
             [x_type, gamma_type],
         );
-        let threads = 1u32 << 256.min(max_units.max(1)).ilog2();
+    }
+    launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        parts,
+        vecs,
+        vector_size,
+    );
+    Ok(())
+}
+
+/// `dgamma = sum_p partial[p]` over `parts` rows of `vecs` vectors of `vector_size` f32 (one
+/// cube per column vector, a fixed order), cast to `gamma_type`.
+pub(crate) fn launch_reduce_dgamma(
+    client: &Client,
+    partial: Handle,
+    dgamma: Handle,
+    gamma_type: ElemType,
+    parts: usize,
+    vecs: usize,
+    vector_size: usize,
+) {
+    let max_units = client.properties().hardware.max_units_per_cube as usize;
+    let threads = 1u32 << 256.min(max_units.max(1)).ilog2();
+    unsafe {
         rms_norm_reduce_dgamma::launch_unchecked(
             client,
             CubeCount::new_1d(vecs as u32),
@@ -379,5 +405,4 @@ pub fn launch_backward(
             gamma_type,
         );
     }
-    Ok(())
 }

@@ -411,3 +411,311 @@ pub fn channels_config(
         activation,
     }
 }
+
+/// Sum over the channel groups of a cube column (a fixed tree; `groups` a power of two); every
+/// unit gets its column's total. All units of the cube must call it (uniformly).
+#[cube]
+fn channel_groups_sum<N: Size>(
+    v: Vector<f32, N>,
+    shared: &mut Shared<[Vector<f32, N>]>,
+    #[comptime] px: usize,
+    #[comptime] groups: usize,
+) -> Vector<f32, N> {
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
+    let mut total = v;
+    if comptime![groups > 1] {
+        shared[cy * px + ux] = v;
+        sync_cube();
+        let steps = comptime![(groups as u32).trailing_zeros()];
+        #[unroll]
+        for k in 0..steps {
+            let stride = (groups >> 1) >> k;
+            if cy < stride {
+                let other = shared[(cy + stride) * px + ux];
+                shared[cy * px + ux] += other;
+            }
+            sync_cube();
+        }
+        total = shared[ux];
+        sync_cube();
+    }
+    total
+}
+
+/// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
+/// unit's channels of x and dy in registers, two channel-group sums per tile (sum of squares,
+/// then `sum_c du gamma xhat`), `dx = r (du gamma - xhat mean_C(du gamma xhat))` (`r du gamma`
+/// where the floor clamps), and per-cube `dgamma` partials (`partial[CUBE_POS * C + c]`): each
+/// unit adds its positions' `du xhat` in registers, the position units of a cube meet in a
+/// shared-memory tree. No rescue of out-of-range sums of squares (as the row backward).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
+    x: &[Vector<E, N>],
+    gamma: &[G],
+    dy: &[Vector<E, N>],
+    dx: &mut [Vector<E, N>],
+    partial: &mut [f32],
+    tiles: usize,
+    tiles_per_batch: usize,
+    position_vectors: usize,
+    channels: usize,
+    batch_stride: usize,
+    channel_stride: usize,
+    inv_channels: f32,
+    eps: f32,
+    floor: f32,
+    #[comptime] cfg: ChannelsConfig,
+    #[define(E, G)] _types: [ElemType; 2],
+) {
+    let px = comptime![cfg.position_units as usize];
+    let groups = comptime![cfg.channel_groups as usize];
+    let cpu = comptime![cfg.channels_per_unit];
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
+    let mut dg_shared = Shared::<[f32]>::new_slice(comptime![px * groups]);
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
+    let mut g = Array::<f32>::new(cpu);
+    let mut dg = Array::<f32>::new(cpu);
+    let mut xs = Array::<Vector<f32, N>>::new(cpu);
+    let mut dus = Array::<Vector<f32, N>>::new(cpu);
+    #[unroll]
+    for i in 0..cpu {
+        let c = cy + i * groups;
+        g[i] = 0.0f32;
+        dg[i] = 0.0f32;
+        if c < channels {
+            g[i] = f32::cast_from(gamma[c]);
+        }
+    }
+    let mut tile = CUBE_POS;
+    while tile < tiles {
+        let batch = tile / tiles_per_batch;
+        let p = (tile % tiles_per_batch) * px + ux;
+        let active = p < position_vectors;
+        let base = batch * batch_stride + p;
+        let mut acc = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for i in 0..cpu {
+            let c = cy + i * groups;
+            xs[i] = Vector::<f32, N>::new(0.0f32);
+            dus[i] = Vector::<f32, N>::new(0.0f32);
+            if active && c < channels {
+                xs[i] = Vector::<f32, N>::cast_from(x[base + c * channel_stride]);
+                dus[i] = Vector::<f32, N>::cast_from(dy[base + c * channel_stride]);
+                acc += xs[i] * xs[i];
+            }
+        }
+        let sum_sq = channel_groups_sum::<N>(acc, &mut shared, px, groups);
+        let d = sum_sq * Vector::new(inv_channels) + Vector::new(eps);
+        let fl = Vector::<f32, N>::new(floor);
+        let clamped = d.less_than(&fl);
+        let r = Vector::inverse_sqrt(select_many(clamped, fl, d));
+        let mut acc2 = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for i in 0..cpu {
+            let gv = Vector::<f32, N>::new(g[i]);
+            let xhat = xs[i] * r;
+            let du = activation_grad_vector::<N>(dus[i], xhat * gv, cfg.activation);
+            dus[i] = du;
+            acc2 += du * gv * xhat;
+        }
+        let dot = channel_groups_sum::<N>(acc2, &mut shared, px, groups);
+        let zero = Vector::<f32, N>::new(0.0f32);
+        let mean = select_many(clamped, zero, dot * Vector::new(inv_channels));
+        #[unroll]
+        for i in 0..cpu {
+            let c = cy + i * groups;
+            if active && c < channels {
+                let gv = Vector::<f32, N>::new(g[i]);
+                let xhat = xs[i] * r;
+                dx[base + c * channel_stride] =
+                    Vector::<E, N>::cast_from((dus[i] * gv - xhat * mean) * r);
+                let contribution = dus[i] * xhat;
+                #[unroll]
+                for k in 0..N::value() {
+                    dg[i] += contribution.extract(k);
+                }
+            }
+        }
+        tile += CUBE_COUNT;
+    }
+    // The cube's position units add their dgamma partials (a fixed tree; px a power of two).
+    let steps = comptime![(px as u32).trailing_zeros()];
+    #[unroll]
+    for i in 0..cpu {
+        let c = cy + i * groups;
+        dg_shared[cy * px + ux] = dg[i];
+        sync_cube();
+        #[unroll]
+        for k in 0..steps {
+            let stride = (px >> 1) >> k;
+            if ux < stride {
+                let other = dg_shared[cy * px + ux + stride];
+                dg_shared[cy * px + ux] += other;
+            }
+            sync_cube();
+        }
+        if ux == 0 && c < channels {
+            partial[CUBE_POS * channels + c] = dg_shared[cy * px];
+        }
+        sync_cube();
+    }
+}
+
+/// `dy * act'(u)` per lane: SiLU' = `s (1 + u (1 - s))`, `s = sigmoid(u)`.
+#[cube]
+fn activation_grad_vector<N: Size>(
+    dy: Vector<f32, N>,
+    u: Vector<f32, N>,
+    #[comptime] activation: Activation,
+) -> Vector<f32, N> {
+    let mut du = dy;
+    if comptime![activation == Activation::Silu] {
+        let one = Vector::<f32, N>::new(1.0f32);
+        let s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
+        du = dy * s * (one + u * (one - s));
+    }
+    du
+}
+
+/// The channels-first backward's launch shape: the tiled form with every channel of a unit
+/// in registers (at most 16 on a GPU, 64 on the CPU runtime, over at most 64 channel groups);
+/// `None` when C is wider than that (the caller falls back to composed ops).
+pub fn channels_backward_config(
+    client: &Client,
+    channels: usize,
+    position_vectors: usize,
+    activation: Activation,
+) -> Option<ChannelsConfig> {
+    let hw = &client.properties().hardware;
+    let gpu = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops)
+        && hw.plane_size_min >= 32;
+    let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
+    let max_units = 1usize << max_units.min(hw.max_units_per_cube as usize).max(1).ilog2();
+    let groups = channels.div_ceil(cap).next_power_of_two();
+    if groups > 64.min(max_units) {
+        return None;
+    }
+    let mut px = max_units / groups;
+    let sms = hw.num_streaming_multiprocessors.unwrap_or(1) as usize;
+    while px > 4 && position_vectors.div_ceil(px) < 2 * sms {
+        px /= 2;
+    }
+    Some(ChannelsConfig {
+        position_units: px as u32,
+        channel_groups: groups as u32,
+        channels_per_unit: channels.div_ceil(groups),
+        activation,
+    })
+}
+
+/// Launches the channels-first backward on dense `[B, C, S]` x, dy and dx (`dgamma` `[C]` of
+/// `gamma_type`); `config` `None` takes [`channels_backward_config`]. Refuses C too wide for
+/// the register cache and shapes that do not fit the device.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_channels_backward(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    dy: Handle,
+    dx: Handle,
+    dgamma: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    batches: usize,
+    channels: usize,
+    positions: usize,
+    norm: NormParams,
+    activation: Activation,
+    config: Option<ChannelsConfig>,
+) -> Result<(), ForwardError> {
+    let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
+    if channels == 0 {
+        return Ok(());
+    }
+    let hw = &client.properties().hardware;
+    let offsets = [&x, &dy, &dx].map(|h| h.offset_start.unwrap_or(0));
+    let vector_size = [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&v| {
+            v * x_type.size() <= 16
+                && v <= hw.max_vector_size
+                && positions.is_multiple_of(v)
+                && offsets
+                    .iter()
+                    .all(|o| o.is_multiple_of((v * x_type.size()) as u64))
+        })
+        .unwrap_or(1);
+    let position_vectors = positions / vector_size;
+    let cfg = match config {
+        Some(cfg) => ChannelsConfig { activation, ..cfg },
+        None => {
+            match channels_backward_config(client, channels, batches * position_vectors, activation)
+            {
+                Some(cfg) => cfg,
+                None => {
+                    return refuse(format!(
+                        "channels backward: C = {channels} is too wide for the register cache"
+                    ));
+                }
+            }
+        }
+    };
+    let units = cfg.position_units * cfg.channel_groups;
+    if !cfg.position_units.is_power_of_two()
+        || !cfg.channel_groups.is_power_of_two()
+        || units > hw.max_units_per_cube
+        || cfg.channels_per_unit * (cfg.channel_groups as usize) < channels
+    {
+        return refuse(format!(
+            "channels backward config {cfg:?}: position units and channel groups must be powers \
+             of two, the cube at most {} units, and every channel cached",
+            hw.max_units_per_cube
+        ));
+    }
+    let px = cfg.position_units as usize;
+    let tiles_per_batch = position_vectors.div_ceil(px);
+    let tiles = batches * tiles_per_batch;
+    let max_cubes = hw
+        .num_streaming_multiprocessors
+        .map_or(1024, |sms| sms as usize * (2048 / units as usize).max(1));
+    let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
+    let len = batches * channels * position_vectors;
+    let partial = client.empty(cubes * channels * 4);
+    log::debug!(
+        "rms_norm_channels_backward: B={batches} C={channels} S={positions} vector \
+         {vector_size} {cfg:?} cubes {cubes}"
+    );
+    unsafe {
+        rms_norm_channels_backward::launch_unchecked(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_2d(cfg.position_units, cfg.channel_groups),
+            AddressType::from_len((len * vector_size).max(cubes * channels)),
+            vector_size,
+            BufferArg::from_raw_parts(x, len.max(1)),
+            BufferArg::from_raw_parts(gamma, channels),
+            BufferArg::from_raw_parts(dy, len.max(1)),
+            BufferArg::from_raw_parts(dx, len.max(1)),
+            BufferArg::from_raw_parts(partial.clone(), cubes * channels),
+            tiles,
+            tiles_per_batch,
+            position_vectors,
+            channels,
+            channels * position_vectors,
+            position_vectors,
+            (1.0f64 / channels as f64) as f32,
+            norm.eps,
+            norm.floor,
+            cfg,
+            [x_type, gamma_type],
+        );
+    }
+    crate::backward::launch_reduce_dgamma(client, partial, dgamma, gamma_type, cubes, channels, 1);
+    Ok(())
+}
