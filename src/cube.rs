@@ -12,7 +12,7 @@ use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
 use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
 use rmsnorm_silu_kernels::nvfp4::{
-    Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
+    Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
 };
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
@@ -637,7 +637,7 @@ impl RowInputs {
         }
     }
 
-    /// Launches the NVFP4 kernel with the heuristic knobs (the vector width narrowed to the
+    /// Launches the NVFP4 kernel with the selected knobs (the vector width narrowed to the
     /// alignment of `x` and `gamma`).
     #[allow(clippy::too_many_arguments)]
     fn launch_nvfp4(
@@ -651,7 +651,12 @@ impl RowInputs {
         activation: Activation,
     ) {
         let problem = self.problem;
-        let mut knobs = heuristic_fp4_knobs(&self.x.client, problem.channels, self.x_type.size());
+        let mut knobs = select_fp4_knobs(
+            &self.x.client,
+            problem.channels,
+            problem.rows,
+            self.x_type.size(),
+        );
         let align = common_alignment(&[&self.x, &self.gamma]);
         while knobs.vector_size > 1
             && (!problem.x_row_stride.is_multiple_of(knobs.vector_size)

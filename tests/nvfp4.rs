@@ -448,3 +448,50 @@ fn nvfp4_on_a_backend_without_the_kernel_is_refused() {
     let g = Tensor::<1>::ones([32], &device);
     let _ = rms_norm_silu_nvfp4(x, g, 1e-6, Nvfp4Scaling::Cudnn);
 }
+
+/// The compiled-in H200 NVFP4 table parses, its knobs round-trip through `Display`, and every
+/// entry that can run on this device gives the host's bytes.
+#[test]
+fn nvfp4_table_entries_are_valid_and_correct() {
+    use rmsnorm_silu_kernels::nvfp4::sm90_table;
+    let device = cube_device();
+    let client = device.client();
+    let hw = client.properties().hardware.clone();
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let mut rng = rng("nvfp4_table");
+    let table = sm90_table();
+    assert!(!table.is_empty());
+    for (c, t, knobs) in table {
+        assert_eq!(Fp4Knobs::parse(&knobs.to_string()), Ok(knobs));
+        let runs_here = knobs.lanes_per_row * knobs.rows_per_cube <= hw.max_units_per_cube
+            && (knobs.lane_reduce == LaneReduce::Shared
+                || knobs.lanes_per_row == 1
+                || (plane_ops && knobs.lanes_per_row <= hw.plane_size_min))
+            && (!knobs.fast_math || crate::common::on_gpu());
+        if !runs_here {
+            continue;
+        }
+        let rows = 37;
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, c, DType::BF16);
+        let norm = NormParams::rms(eps);
+        let y = reference(&x, &gamma, norm, Activation::Silu);
+        let (codes, scales) = launch_with(
+            &x,
+            &gamma,
+            rows,
+            c,
+            DType::BF16,
+            norm,
+            Fp4Recipe::Cudnn,
+            ScaleLayout::RowMajor,
+            1.0,
+            knobs,
+        );
+        let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+        let (s, n) = compare_blocks(&codes, &scales, &host, &format!("C={c} T={t} {knobs}"));
+        assert!(s * 100 <= host.len().max(100) && n * 200 <= rows * c);
+    }
+}

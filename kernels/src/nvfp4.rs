@@ -91,6 +91,101 @@ impl core::fmt::Display for Fp4Knobs {
     }
 }
 
+impl Fp4Knobs {
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.fast`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
+                 <plane|shared>.m<max cubes|->[.fast]"
+            )
+        };
+        let parts: Vec<&str> = text.trim().split('.').collect();
+        let (fields, fast_math) = match parts.as_slice() {
+            [fields @ .., "fast"] => (fields, true),
+            fields => (fields, false),
+        };
+        let [v, l, r, b, reduce, m] = fields else {
+            return Err(bad());
+        };
+        let num = |s: &str, prefix: char| -> Result<u64, String> {
+            s.strip_prefix(prefix)
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(bad)
+        };
+        Ok(Fp4Knobs {
+            vector_size: num(v, 'v')? as usize,
+            lanes_per_row: num(l, 'l')? as u32,
+            rows_per_cube: num(r, 'r')? as u32,
+            blocks_per_lane: num(b, 'b')? as usize,
+            lane_reduce: match *reduce {
+                "plane" => LaneReduce::Plane,
+                "shared" => LaneReduce::Shared,
+                _ => return Err(bad()),
+            },
+            fast_math,
+            max_cubes: match *m {
+                "m-" => None,
+                m => Some(num(m, 'm')? as u32),
+            },
+        })
+    }
+}
+
+/// The measured H200 NVFP4 table: `(C, T, knobs)`.
+const SM90_NVFP4: &str = include_str!("../lut/sm90_nvfp4.txt");
+
+/// The parsed sm_90 NVFP4 table; panics on a malformed line (compiled in, caught by tests).
+pub fn sm90_table() -> Vec<(usize, usize, Fp4Knobs)> {
+    SM90_NVFP4
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let parsed = (|| {
+                Some((
+                    f.first()?.parse().ok()?,
+                    f.get(1)?.parse().ok()?,
+                    Fp4Knobs::parse(f.get(2)?).ok()?,
+                ))
+            })();
+            parsed.unwrap_or_else(|| panic!("NVFP4 LUT line `{line}` is malformed"))
+        })
+        .collect()
+}
+
+/// The NVFP4 knobs for `rows x channels` of `elem_size`-byte inputs: on an sm_90 device with
+/// 2-byte inputs, the table entry of the same C with the nearest T (log scale); otherwise, or
+/// when the entry cannot run here, [`heuristic_fp4_knobs`].
+pub fn select_fp4_knobs(
+    client: &Client,
+    channels: usize,
+    rows: usize,
+    elem_size: usize,
+) -> Fp4Knobs {
+    let heuristic = heuristic_fp4_knobs(client, channels, elem_size);
+    let sm = crate::select::device_sm(client);
+    if sm != Some(90) || elem_size != 2 {
+        return heuristic;
+    }
+    let distance = |t: usize| ((t.max(1) as f64).ln() - (rows.max(1) as f64).ln()).abs();
+    sm90_table()
+        .into_iter()
+        .filter(|(c, _, _)| *c == channels)
+        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))
+        .map(|(_, _, k)| k)
+        .filter(|k| {
+            let hw = &client.properties().hardware;
+            k.vector_size <= hw.max_vector_size
+                && k.lanes_per_row * k.rows_per_cube <= hw.max_units_per_cube
+                && (k.lane_reduce == LaneReduce::Shared
+                    || k.lanes_per_row == 1
+                    || k.lanes_per_row <= hw.plane_size_min)
+        })
+        .unwrap_or(heuristic)
+}
+
 /// The comptime configuration of one compiled NVFP4 kernel.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Fp4Config {
