@@ -90,7 +90,12 @@ impl CausalConv3d {
             x = Tensor::cat(vec![pad, x], 2);
         }
         let options = ConvOptions::new([1, 1, 1], [0, self.pad, self.pad], [1, 1, 1], 1);
-        conv3d(x, self.weight.val(), Some(self.bias.val()), options)
+        traced(
+            "conv3d",
+            x.dims().to_vec(),
+            self.weight.dims().to_vec(),
+            || conv3d(x, self.weight.val(), Some(self.bias.val()), options),
+        )
     }
 }
 
@@ -113,8 +118,36 @@ impl Conv2d {
 
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let options = ConvOptions::new([1, 1], [self.pad, self.pad], [1, 1], 1);
-        conv2d(x, self.weight.val(), Some(self.bias.val()), options)
+        traced(
+            "conv2d",
+            x.dims().to_vec(),
+            self.weight.dims().to_vec(),
+            || conv2d(x, self.weight.val(), Some(self.bias.val()), options),
+        )
     }
+}
+
+/// With `WAN_TRACE` set, every convolution is bracketed by device syncs and printed with its
+/// input and weight shapes and wall time (to find where a slow first run spends its time:
+/// Burn compiles and autotunes each new convolution shape on first use).
+fn traced<const D: usize>(
+    what: &str,
+    input: Vec<usize>,
+    weight: Vec<usize>,
+    conv: impl FnOnce() -> Tensor<D>,
+) -> Tensor<D> {
+    if std::env::var_os("WAN_TRACE").is_none() {
+        return conv();
+    }
+    eprintln!("[trace] {what} in {input:?} weight {weight:?} ...");
+    let start = Instant::now();
+    let y = conv();
+    y.device().sync().expect("device sync");
+    eprintln!(
+        "[trace] {what} in {input:?} weight {weight:?}: {:.3} s",
+        start.elapsed().as_secs_f64()
+    );
+    y
 }
 
 /// One decode call's frame caches, one slot per cached convolution in call order (the order
