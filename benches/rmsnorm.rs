@@ -8,6 +8,7 @@
 //! cargo bench --bench rmsnorm -- backward      # the fused backward against its copy roof
 //! cargo bench --bench rmsnorm -- quant         # FP8 and NVFP4 outputs (NVFP4 knobs swept)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
+//!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
 //! ```
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
 //! (15 per candidate while tuning), the L2 flushed before every timed run, fresh random inputs
@@ -24,7 +25,7 @@ use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};
 use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
 use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
 use burn_rmsnorm_silu::kernels::forward::validate_knobs;
-use burn_rmsnorm_silu::kernels::select::{device_sm, out_kind, pick_vector_size};
+use burn_rmsnorm_silu::kernels::select::{device_sm, pick_vector_size};
 use burn_rmsnorm_silu::kernels::timing::{Timer, median};
 use burn_rmsnorm_silu::kernels::{
     Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
@@ -44,6 +45,8 @@ struct Args {
     lut: Option<String>,
     quick: bool,
     device: String,
+    /// `tune` only: the output kind to tune for (`bf16`, or `fp8` for FP8 E4M3 output).
+    output: String,
 }
 
 const MODES: [&str; 6] = ["bench", "tune", "fallback", "channels", "backward", "quant"];
@@ -68,6 +71,11 @@ fn args() -> Args {
         lut: value("--lut"),
         quick: raw.iter().any(|a| a == "--quick"),
         device: value("--device").unwrap_or_else(|| "cuda".into()),
+        output: match value("--output").as_deref() {
+            None | Some("bf16") => "bf16".into(),
+            Some("fp8") => "fp8".into(),
+            Some(other) => panic!("--output must be bf16 or fp8, got {other}"),
+        },
     }
 }
 
@@ -77,6 +85,8 @@ struct Buffers {
     gamma: Handle,
     out: Handle,
     problem: RowsProblem,
+    /// Write FP8 E4M3 (1 byte per element) instead of bf16.
+    fp8: bool,
 }
 
 impl Buffers {
@@ -86,16 +96,35 @@ impl Buffers {
             gamma: timer.random(BF16, channels, 0.5, 1.5),
             out: timer.client.empty(rows * channels * 2),
             problem: RowsProblem::dense(rows, channels),
+            fp8: false,
         }
     }
 
     fn bytes(&self) -> f64 {
         let RowsProblem { rows, channels, .. } = self.problem;
-        (rows * channels * 4 + channels * 2) as f64
+        let per_element = if self.fp8 { 3 } else { 4 };
+        (rows * channels * per_element + channels * 2) as f64
     }
 
     fn launch(&self, client: &Client, knobs: &Knobs) {
         let eps = 1e-6 / self.problem.channels as f32;
+        if self.fp8 {
+            burn_rmsnorm_silu::kernels::forward::launch_forward_fp8(
+                client,
+                self.x.clone(),
+                self.gamma.clone(),
+                self.out.clone(),
+                BF16,
+                BF16,
+                self.problem,
+                NormParams::rms(eps),
+                Activation::Silu,
+                1.0,
+                knobs,
+            )
+            .expect("launch");
+            return;
+        }
         launch_forward(
             client,
             self.x.clone(),
@@ -112,7 +141,8 @@ impl Buffers {
     }
 
     fn valid(&self, client: &Client, knobs: &Knobs) -> bool {
-        validate_knobs(client, knobs, self.problem, &[0; 3], &[2; 3]).is_ok()
+        let out = if self.fp8 { 1 } else { 2 };
+        validate_knobs(client, knobs, self.problem, &[0; 3], &[2, 2, out]).is_ok()
     }
 }
 
@@ -121,9 +151,15 @@ fn time_knobs(timer: &Timer, b: &Buffers, knobs: &Knobs, runs: usize) -> f64 {
     median(&timer.time(2, runs, || b.launch(&timer.client, knobs)))
 }
 
-/// The same-bytes copy (read T*C*2, write T*C*2) in the same run: the roof.
+/// The same-bytes copy in the same run: the roof (bf16 out: read T*C*2, write T*C*2; FP8 out:
+/// half of the 3 bytes per element read, half written).
 fn time_copy(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
-    let bytes = b.problem.rows * b.problem.channels * 2;
+    let n = b.problem.rows * b.problem.channels;
+    let bytes = if b.fp8 {
+        (n * 3 / 2).div_ceil(16) * 16
+    } else {
+        n * 2
+    };
     median(&timer.time(2, runs, || timer.copy(&b.x, &b.out, bytes)))
 }
 
@@ -260,6 +296,7 @@ fn occupancy_of(k: &Knobs, client: &Client) -> u32 {
 
 fn tune(timer: &mut Timer, args: &Args) {
     let client = timer.client.clone();
+    let output = args.output.as_str();
     let sm = device_sm(&client).expect("tuning needs a CUDA device");
     let name = client.properties().identity.name.clone();
     let date = std::process::Command::new("date")
@@ -270,17 +307,18 @@ fn tune(timer: &mut Timer, args: &Args) {
         .unwrap_or_default();
     let mut lut = format!(
         "# {name} (sm_{sm}) knob table, measured {date}. Written by the tuner:\n\
-         #   cargo bench --bench rmsnorm -- tune   (bf16 in and out)\n\
+         #   cargo bench --bench rmsnorm -- tune --output {output}   (bf16 in, {output} out)\n\
          # columns: C T out knobs occupancy(cubes per SM, 0 = one cube per row group) kernel_us copy_us\n"
     );
-    let path = args
-        .lut
-        .clone()
-        .unwrap_or_else(|| format!("kernels/lut/sm{sm}.txt"));
+    let path = args.lut.clone().unwrap_or_else(|| match output {
+        "fp8" => format!("kernels/lut/sm{sm}_fp8.txt"),
+        _ => format!("kernels/lut/sm{sm}.txt"),
+    });
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
     for &channels in &CHANNELS {
         for &rows in tokens {
-            let b = Buffers::new(timer, rows, channels);
+            let mut b = Buffers::new(timer, rows, channels);
+            b.fp8 = output == "fp8";
             let start = Instant::now();
             let (k, t) = tune_shape(timer, &b);
             let copy = time_copy(timer, &b, 50);
@@ -291,8 +329,7 @@ fn tune(timer: &mut Timer, args: &Args) {
             };
             writeln!(
                 lut,
-                "{channels} {rows} {} {table_knobs} {occ} {t:.2} {copy:.2}",
-                out_kind(2)
+                "{channels} {rows} {output} {table_knobs} {occ} {t:.2} {copy:.2}"
             )
             .unwrap();
             println!(
@@ -379,6 +416,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             gamma: gamma.clone(),
             out: out.clone(),
             problem: RowsProblem::dense(b * positions, c),
+            fp8: false,
         };
         let (knobs, _) = select_knobs_with_source(&client, rows.problem, 2, 2, 256);
         let last = time_knobs(timer, &rows, &knobs, 50);

@@ -2,7 +2,8 @@
 # One device call that measures everything (fits the 10-minute limit; each step has its own
 # timeout, and every step writes its results under $OUT as it goes):
 #   1. the CUDA test suite ("sweep": the large ignored cases; "sanitize": compute-sanitizer),
-#   2. the tuner (writes sm90.txt: copy it to kernels/lut/ and commit),
+#   2. the tuner (writes sm90.txt, or sm90_fp8.txt with tunefp8: copy it to kernels/lut/ and
+#      commit),
 #   3. the fallback comparison, 4. the channel-axis shapes, 5. the benchmark table,
 #   6. torch eager / torch.compile for the rows and the channel-axis shapes.
 # Here first: scripts/gpu-pack.sh tests bench   (then carry gpu/tests.xz and gpu/bench.xz).
@@ -34,6 +35,8 @@ for step in "${steps[@]}"; do
                    bash scripts/sanitize.sh > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
         tune) (cd gpu && timeout 240 ./bench tune --lut "$out/sm90.txt" --out "$out") \
                    > "$out/tune.log" 2>&1 ;;
+        tunefp8) (cd gpu && timeout 240 ./bench tune --output fp8 --lut "$out/sm90_fp8.txt" --out "$out") \
+                   > "$out/tunefp8.log" 2>&1 ;;
         fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
         quant) (cd gpu && timeout "${QUANT_TIMEOUT:-200}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;

@@ -16,7 +16,8 @@ use rmsnorm_silu_kernels::nvfp4::{
 };
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
-use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, select_knobs};
+use rmsnorm_silu_kernels::select::select_output_knobs_with_source;
+use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem};
 
 use crate::backend::RmsNormSiluBackend;
 
@@ -702,11 +703,17 @@ impl RowInputs {
         op: &str,
     ) {
         let problem = self.problem;
-        let knobs = select_knobs(
+        let out_kind = if target.kind.is_fp8() {
+            "fp8"
+        } else {
+            rmsnorm_silu_kernels::select::out_kind(self.x_type.size())
+        };
+        let (knobs, _) = select_output_knobs_with_source(
             &self.x.client,
             problem,
             self.x_type.size(),
             self.gamma_type.size(),
+            out_kind,
             common_alignment(&[&self.x, &self.gamma, out]),
         );
         launch_forward_to(

@@ -46,6 +46,8 @@ pub struct Lut {
 }
 
 const SM90: &str = include_str!("../lut/sm90.txt");
+/// The sm_90 entries for FP8 output (`cargo bench --bench rmsnorm -- tune --output fp8`).
+const SM90_FP8: &str = include_str!("../lut/sm90_fp8.txt");
 const SM100: &str = include_str!("../lut/sm100.txt");
 
 /// Parses a table; panics with the line on malformed input (the tables are compiled in, so a
@@ -82,7 +84,7 @@ pub fn tables() -> &'static [Lut] {
             Lut {
                 sm: 90,
                 measured: true,
-                entries: parse(SM90),
+                entries: parse(SM90).into_iter().chain(parse(SM90_FP8)).collect(),
             },
             Lut {
                 sm: 100,

@@ -78,6 +78,27 @@ pub fn select_knobs_with_source(
     gamma_elem_size: usize,
     alignment_bytes: u64,
 ) -> (Knobs, KnobSource) {
+    select_output_knobs_with_source(
+        client,
+        problem,
+        elem_size,
+        gamma_elem_size,
+        out_kind(elem_size),
+        alignment_bytes,
+    )
+}
+
+/// [`select_knobs_with_source`] for an output kind other than the input's (e.g. `"fp8"`): the
+/// table's entries for that output first, then those for the input's kind, then the
+/// heuristic.
+pub fn select_output_knobs_with_source(
+    client: &Client,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    out: &str,
+    alignment_bytes: u64,
+) -> (Knobs, KnobSource) {
     let ok = |k: &Knobs| {
         valid(
             client,
@@ -104,7 +125,8 @@ pub fn select_knobs_with_source(
         (k, KnobSource::Environment)
     } else if let Some((k, how)) = device_sm(client).and_then(|sm| {
         let sms = client.properties().hardware.num_streaming_multiprocessors;
-        lut::lookup(sm, problem.channels, problem.rows, out_kind(elem_size))
+        lut::lookup(sm, problem.channels, problem.rows, out)
+            .or_else(|| lut::lookup(sm, problem.channels, problem.rows, out_kind(elem_size)))
             .map(|(e, how)| (e.knobs_for(sms), how))
             .filter(|(k, _)| ok(k))
     }) {
