@@ -3,6 +3,7 @@
 Run on the GPU machine (its python has torch and triton):
     python3 benches/torch_compare.py --out DIR [--quick]      # [T, C] rows -> DIR/torch.csv
     python3 benches/torch_compare.py --out DIR --channels     # Wan [B, C, T, H, W] -> DIR/torch_channels.csv
+    python3 benches/torch_compare.py --out DIR --backward     # dx, dgamma of [T, C] -> DIR/torch_backward.csv
 torch.csv: c,t,eager_us,compile_us,torch_copy_us; torch_channels.csv: shape,layout,eager_us,
 compile_us,torch_copy_us (medians from triton.testing.do_bench, which flushes the L2 between
 runs; bf16 in and out). The channel-axis op is the Wan VAE's own chain,
@@ -59,13 +60,49 @@ def channels(out_dir):
                 w.writerows(rows)
 
 
+def backward(out_dir):
+    """Eager autograd and torch.compile'd autograd of the op over the last axis (dx and dgamma for
+    an upstream gradient dy), on the shapes of `cargo bench --bench rmsnorm -- backward`."""
+    rows = []
+
+    def step(fn, x, gamma, dy):
+        x.grad = None
+        gamma.grad = None
+        y = fn(x, gamma, 1e-6 / x.shape[-1])
+        y.backward(dy)
+
+    for c in [96, 192, 384, 1024]:
+        for t in [24960, 99840, 399360]:
+            x = (torch.randn(t, c, device="cuda") * 5 + 5).to(torch.bfloat16).requires_grad_()
+            gamma = (torch.rand(c, device="cuda") * 1.5 + 0.5).to(torch.bfloat16).requires_grad_()
+            dy = torch.randn(t, c, device="cuda").to(torch.bfloat16)
+            eager = bench(lambda: step(rms_norm_silu, x, gamma, dy))
+            torch._dynamo.reset()
+            compiled = torch.compile(rms_norm_silu, dynamic=False)
+            step(compiled, x, gamma, dy)
+            comp = bench(lambda: step(compiled, x, gamma, dy))
+            src = torch.empty(t * c * 3, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            copy = bench(lambda: dst.copy_(src))
+            rows.append([c, t, f"{eager:.2f}", f"{comp:.2f}", f"{copy:.2f}"])
+            print(f"backward C={c:5} T={t:7}: eager {eager:9.2f} us  compile {comp:9.2f} us  copy {copy:9.2f} us", flush=True)
+            with open(os.path.join(out_dir, "torch_backward.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["c", "t", "eager_fwd_bwd_us", "compile_fwd_bwd_us", "torch_copy_us"])
+                w.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="target/bench")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--channels", action="store_true")
+    ap.add_argument("--backward", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.backward:
+        backward(args.out)
+        return
     if args.channels:
         channels(args.out)
         return

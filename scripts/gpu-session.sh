@@ -43,7 +43,8 @@ for step in "${steps[@]}"; do
         backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
-               timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1 ;;
+               timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1
+               timeout 100 python3 benches/torch_compare.py --out "$out" --backward >> "$out/torch.log" 2>&1 ;;
         wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
              for v in ${WANFIX_MODELS:-wan21_small wan22_small}; do for dt in ${WANFIX_DTYPES:-f32 bf16}; do
                  (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
