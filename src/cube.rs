@@ -173,15 +173,7 @@ pub fn forward_fp8(
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
-    let q = empty_qtensor(
-        shape,
-        crate::fp8::fp8_scheme(),
-        &rows.x.device,
-        MemoryLayoutStrategy::Contiguous,
-    );
-    let (values, scales) = q
-        .quantized_handles()
-        .expect("a quantised tensor has handles");
+    let (q, values, scales) = empty_quantized(shape, crate::fp8::fp8_scheme(), &rows);
     let client = rows.x.client.clone();
     write_f32(&client, scales.handle.clone(), 1.0 / scale);
     if rows.problem.rows == 0 {
@@ -198,6 +190,25 @@ pub fn forward_fp8(
         "rms_norm_silu_fp8",
     );
     q
+}
+
+/// A new dense quantised tensor of `shape` on `rows`' device, with its values and block (or
+/// per-tensor) scales as raw tensors for a kernel to write.
+fn empty_quantized(
+    shape: burn::tensor::Shape,
+    scheme: burn::tensor::quantization::QuantScheme,
+    rows: &RowInputs,
+) -> (CubeTensor, CubeTensor, CubeTensor) {
+    let q = empty_qtensor(
+        shape,
+        scheme,
+        &rows.x.device,
+        MemoryLayoutStrategy::Contiguous,
+    );
+    let (values, scales) = q
+        .quantized_handles()
+        .expect("a quantised tensor has handles");
+    (q, values, scales)
 }
 
 fn recipe(cudnn: bool) -> Fp4Recipe {
@@ -220,15 +231,7 @@ pub fn forward_nvfp4(
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
-    let q = empty_qtensor(
-        shape,
-        crate::nvfp4::nvfp4_scheme(),
-        &rows.x.device,
-        MemoryLayoutStrategy::Contiguous,
-    );
-    let (values, scales) = q
-        .quantized_handles()
-        .expect("a quantised tensor has handles");
+    let (q, values, scales) = empty_quantized(shape, crate::nvfp4::nvfp4_scheme(), &rows);
     let global = q.global().expect("NVFP4 has a per-tensor scale");
     let decode = match recipe {
         Fp4Recipe::Cudnn => 1.0,

@@ -78,7 +78,7 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
 
 /// `dy * act'(u)`: SiLU' = `s (1 + u (1 - s))` with `s = sigmoid(u)`.
 #[cube]
-fn activation_grad<N: Size>(
+pub(crate) fn activation_grad<N: Size>(
     dy: Vector<f32, N>,
     u: Vector<f32, N>,
     #[comptime] activation: Activation,

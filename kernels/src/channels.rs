@@ -128,26 +128,8 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                 c += groups;
             }
         }
-        // The channel groups meet in a fixed tree (groups is a power of two); one group needs
-        // no shared memory and no barrier.
-        let mut total = acc;
-        if comptime![groups > 1] {
-            shared[cy * px + ux] = acc;
-            sync_cube();
-            let steps = comptime![(groups as u32).trailing_zeros()];
-            #[unroll]
-            for k in 0..steps {
-                let stride = (groups >> 1) >> k;
-                if cy < stride {
-                    let other = shared[(cy + stride) * px + ux];
-                    shared[cy * px + ux] += other;
-                }
-                sync_cube();
-            }
-            total = shared[ux];
-            // Everyone has its total before the next tile overwrites the tree.
-            sync_cube();
-        }
+        // The channel groups meet in a fixed tree; one group needs no shared memory.
+        let total = channel_groups_sum::<N>(acc, &mut shared, px, groups);
         if active {
             // Rare: positions whose fp32 total left the normal range are summed again, by this
             // unit alone over all C, with exactly scaled values (see `crate::rescue`).
@@ -517,7 +499,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
         for i in 0..cpu {
             let gv = Vector::<f32, N>::new(g[i]);
             let xhat = xs[i] * r;
-            let du = activation_grad_vector::<N>(dus[i], xhat * gv, cfg.activation);
+            let du = crate::backward::activation_grad::<N>(dus[i], xhat * gv, cfg.activation);
             dus[i] = du;
             acc2 += du * gv * xhat;
         }
@@ -562,22 +544,6 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
         }
         sync_cube();
     }
-}
-
-/// `dy * act'(u)` per lane: SiLU' = `s (1 + u (1 - s))`, `s = sigmoid(u)`.
-#[cube]
-fn activation_grad_vector<N: Size>(
-    dy: Vector<f32, N>,
-    u: Vector<f32, N>,
-    #[comptime] activation: Activation,
-) -> Vector<f32, N> {
-    let mut du = dy;
-    if comptime![activation == Activation::Silu] {
-        let one = Vector::<f32, N>::new(1.0f32);
-        let s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
-        du = dy * s * (one + u * (one - s));
-    }
-    du
 }
 
 /// The channels-first backward's launch shape: the tiled form with every channel of a unit
