@@ -335,6 +335,22 @@ pub fn backward(
     let (Some(xd), Some(dyd)) = (dense(x.clone()), dense(dy.clone())) else {
         return composed(x, gamma, dy);
     };
+    // Rows too wide for the register cache on this device: composed ops.
+    rows_backward(&xd, &gamma, &dyd, norm, activation).unwrap_or_else(|| composed(x, gamma, dy))
+}
+
+/// The row backward kernels on `x` and `dy` whose last axis is dense rows (`dx` in the same
+/// logical shape, dense); `None` when the rows are too wide for the register cache.
+fn rows_backward(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    dy: &CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+) -> Option<(CubeTensor, CubeTensor)> {
+    let shape = x.shape();
+    let channels = shape[shape.num_dims() - 1];
+    let rows = shape.num_elements() / channels;
     let gd = into_contiguous(gamma.clone());
     let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
     let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
@@ -344,11 +360,11 @@ pub fn backward(
         gamma.shape(),
         gamma.dtype,
     );
-    match launch_backward(
+    launch_backward(
         &x.client,
-        xd.handle.clone(),
+        x.handle.clone(),
         gd.handle.clone(),
-        dyd.handle.clone(),
+        dy.handle.clone(),
         dx.handle.clone(),
         dgamma.handle.clone(),
         x_type,
@@ -357,18 +373,16 @@ pub fn backward(
         channels,
         norm,
         activation,
-    ) {
-        Ok(()) => (dx, dgamma),
-        // Rows too wide for the register cache on this device.
-        Err(_) => composed(x, gamma, dy),
-    }
+    )
+    .ok()
+    .map(|()| (dx, dgamma))
 }
 
 /// The backward over an axis other than the last, without moving data where the layout
 /// allows: channels-last memory (the axis contiguous, the other axes dense rows, in both `x` and
 /// `dy`) goes to the row backward with the output in the same order; dense channels-first
-/// tensors to the channels backward kernel; `None` for any other layout or a C
-/// too wide for the kernels' register caches (`None`).
+/// tensors to the channels backward kernel; `None` for any other layout or a C too wide for
+/// the kernels' register caches.
 fn backward_dim(
     x: &CubeTensor,
     gamma: &CubeTensor,
@@ -380,14 +394,6 @@ fn backward_dim(
     let shape = x.shape();
     let rank = shape.num_dims();
     let channels = shape[dim];
-    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
-    let gd = into_contiguous(gamma.clone());
-    let dgamma = empty_device_contiguous_dtype(
-        gamma.client.clone(),
-        gamma.device.clone(),
-        gamma.shape(),
-        gamma.dtype,
-    );
     let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
     let mut inverse = vec![0; rank];
     for (i, &a) in axes.iter().enumerate() {
@@ -401,31 +407,20 @@ fn backward_dim(
         .then_some(moved)
     };
     if let (Some(xr), Some(dyr)) = (rows_view(x), rows_view(dy)) {
-        let rows = shape.num_elements() / channels;
-        let mut dx =
-            empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xr.shape(), x.dtype);
-        let launched = launch_backward(
-            &x.client,
-            xr.handle.clone(),
-            gd.handle.clone(),
-            dyr.handle.clone(),
-            dx.handle.clone(),
-            dgamma.handle.clone(),
-            x_type,
-            gamma_type,
-            rows,
-            channels,
-            norm,
-            activation,
-        );
-        if launched.is_ok() {
-            dx.meta
-                .permute(&inverse)
-                .expect("the inverse of a permutation is a permutation");
-            return Some((dx, dgamma));
-        }
-        return None;
+        let (mut dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
+        dx.meta
+            .permute(&inverse)
+            .expect("the inverse of a permutation is a permutation");
+        return Some((dx, dgamma));
     }
+    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let gd = into_contiguous(gamma.clone());
+    let dgamma = empty_device_contiguous_dtype(
+        gamma.client.clone(),
+        gamma.device.clone(),
+        gamma.shape(),
+        gamma.dtype,
+    );
     if x.is_contiguous() && dy.is_contiguous() && !x.meta.is_tiled() && !dy.meta.is_tiled() {
         let dx = empty_device_contiguous_dtype(
             x.client.clone(),
