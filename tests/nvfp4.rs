@@ -495,3 +495,75 @@ fn nvfp4_table_entries_are_valid_and_correct() {
         assert!(s * 100 <= host.len().max(100) && n * 200 <= rows * c);
     }
 }
+
+/// The kernel's own codecs, exhaustively: every E2M1 value and every midpoint between two
+/// neighbours (ties to even), just above and below each, both signs, ±0, saturation, ±inf and
+/// NaN; every E4M3 code's value, the midpoints between neighbouring codes, saturation at 448.
+/// Both against the host codecs of `kernels::formats`.
+#[test]
+fn kernel_codecs_match_the_host_at_every_code_and_midpoint() {
+    use rmsnorm_silu_kernels::formats::{E2M1_VALUES, e2m1_encode, e4m3_encode};
+    use rmsnorm_silu_kernels::nvfp4::launch_codec_probe;
+    let device = cube_device();
+    let client = device.client();
+    let mut values: Vec<f32> = Vec::new();
+    let mut push_around = |v: f32, values: &mut Vec<f32>| {
+        for w in [
+            v,
+            f32::from_bits(v.to_bits().saturating_add(1)),
+            f32::from_bits(v.to_bits().saturating_sub(1)),
+        ] {
+            values.push(w);
+            values.push(-w);
+        }
+    };
+    for (i, &v) in E2M1_VALUES.iter().enumerate() {
+        push_around(v, &mut values);
+        if let Some(&next) = E2M1_VALUES.get(i + 1) {
+            push_around((v + next) / 2.0, &mut values);
+        }
+    }
+    // E4M3: every finite code's magnitude and the midpoint to the next one.
+    let e4m3: Vec<f32> = (0u8..=0x7E).map(e4m3_decode).collect();
+    for (i, &v) in e4m3.iter().enumerate() {
+        push_around(v, &mut values);
+        if let Some(&next) = e4m3.get(i + 1) {
+            push_around((v + next) / 2.0, &mut values);
+        }
+    }
+    values.extend([
+        7.0,
+        100.0,
+        449.0,
+        464.0,
+        1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+    ]);
+    let n = values.len();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let vals = client.create_from_slice(&bytes);
+    let codes = client.create_from_slice(&vec![0xFFu8; n * 4]);
+    let scales = client.create_from_slice(&vec![0xEEu8; n]);
+    launch_codec_probe(&client, vals, codes.clone(), scales.clone(), n);
+    let codes = client.read_one_unchecked(codes).to_vec();
+    let scales = client.read_one_unchecked(scales).to_vec();
+    for (i, &v) in values.iter().enumerate() {
+        let code = u32::from_le_bytes(codes[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            code,
+            e2m1_encode(v) as u32,
+            "E2M1 of {v:e} ({:#010x})",
+            v.to_bits()
+        );
+        let want = e4m3_encode(v);
+        let got = scales[i];
+        if v.is_nan() {
+            assert!(e4m3_decode(got).is_nan(), "E4M3 of NaN: {got:#04x}");
+        } else {
+            assert_eq!(got, want, "E4M3 of {v:e} ({:#010x})", v.to_bits());
+        }
+    }
+}

@@ -765,3 +765,47 @@ pub fn launch_forward_nvfp4(
     }
     Ok(())
 }
+
+/// The kernel's E2M1 encoder and the E4M3 scale cast applied to `values` (for tests of the
+/// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`]`(values[i])`,
+/// `scales[i]` = the E4M3 byte of `values[i]` clamped to ±448.
+#[cube(launch_unchecked)]
+pub fn rms_norm_nvfp4_codec_probe<S: Float>(
+    values: &[f32],
+    codes: &mut [u32],
+    scales: &mut [S],
+    len: usize,
+    #[define(S)] _scale: ElemType,
+) {
+    let i = ABSOLUTE_POS;
+    if i < len {
+        codes[i] = e2m1_code(values[i]);
+        scales[i] = S::cast_from(clamp_e4m3(values[i]));
+    }
+}
+
+/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `len` u32 and
+/// `scales` `len` bytes.
+pub fn launch_codec_probe(
+    client: &Client,
+    values: Handle,
+    codes: Handle,
+    scales: Handle,
+    len: usize,
+) {
+    if len == 0 {
+        return;
+    }
+    unsafe {
+        rms_norm_nvfp4_codec_probe::launch_unchecked(
+            client,
+            CubeCount::new_1d(len.div_ceil(64) as u32),
+            CubeDim::new_1d(64),
+            BufferArg::from_raw_parts(values, len),
+            BufferArg::from_raw_parts(codes, len),
+            BufferArg::from_raw_parts(scales, len),
+            len,
+            ElemType::Float(cubecl::ir::FloatKind::E4M3),
+        );
+    }
+}
