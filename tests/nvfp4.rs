@@ -507,7 +507,7 @@ fn kernel_codecs_match_the_host_at_every_code_and_midpoint() {
     let device = cube_device();
     let client = device.client();
     let mut values: Vec<f32> = Vec::new();
-    let mut push_around = |v: f32, values: &mut Vec<f32>| {
+    let push_around = |v: f32, values: &mut Vec<f32>| {
         for w in [
             v,
             f32::from_bits(v.to_bits().saturating_add(1)),
