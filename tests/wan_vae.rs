@@ -198,3 +198,37 @@ fn missing_and_misshaped_weights_name_the_key() {
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("`post_quant_conv.weight`"), "{msg}");
 }
+
+/// The matmul form of the decoder's 3D convolution (`--conv matmul`) against Burn's `conv3d`:
+/// 3x3x3 with spatial padding, 3x1x1 (the temporal upsampler's), 1x1x1, odd sizes.
+#[test]
+fn conv3d_by_matmul_matches_burn_conv3d() {
+    use burn::tensor::module::conv3d;
+    use burn::tensor::ops::ConvOptions;
+    use wan::layers::conv3d_by_matmul;
+    let device = device();
+    let mut rng = rng("conv3d_by_matmul");
+    for (x_shape, w_shape, pad) in [
+        ([1, 5, 4, 6, 7], [3, 5, 3, 3, 3], 1),
+        ([2, 4, 3, 5, 3], [8, 4, 3, 1, 1], 0),
+        ([1, 6, 1, 4, 9], [2, 6, 1, 1, 1], 0),
+    ] {
+        let x_vals = randn(&mut rng, x_shape.iter().product());
+        let w_vals = randn(&mut rng, w_shape.iter().product());
+        let b_vals = randn(&mut rng, w_shape[0]);
+        let x = tensor::<5>(&x_vals, x_shape, DType::F32, &device);
+        let w = tensor::<5>(&w_vals, w_shape, DType::F32, &device);
+        let b = tensor::<1>(&b_vals, [w_shape[0]], DType::F32, &device);
+        let options = ConvOptions::new([1, 1, 1], [0, pad, pad], [1, 1, 1], 1);
+        let want = conv3d(x.clone(), w.clone(), Some(b.clone()), options);
+        let got = conv3d_by_matmul(x, w, b, pad);
+        assert_eq!(got.dims(), want.dims(), "{x_shape:?} * {w_shape:?}");
+        assert_close(
+            &values(got),
+            &values(want),
+            1e-4,
+            1e-4,
+            &format!("{x_shape:?} * {w_shape:?}"),
+        );
+    }
+}

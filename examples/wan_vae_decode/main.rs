@@ -5,7 +5,10 @@
 //! cargo run --release --example wan_vae_decode -- [--weights PATH] [--latent PATH |
 //!     --frames N --height H --width W] [--dtype bf16|f32] [--unfused] [--out DIR]
 //!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S] [--no-check] [--no-write]
+//!     [--conv burn|matmul]
 //! ```
+//! `--conv matmul` runs every 3D convolution as a sum of one matmul per kernel tap instead of
+//! Burn's autotuned `conv3d` (see `wan::layers::conv3d_by_matmul`).
 //! After the timed decode it decodes again with the norm sites composed from Burn ops and
 //! prints the largest difference (skip with `--no-check`).
 //! Without `--weights` it builds a random-weight decoder (`--size small` by default: the
@@ -185,6 +188,11 @@ fn main() {
         Some(other) => fail(&format!("--dtype must be bf16 or f32, got `{other}`")),
     };
     let fused = !flag("--unfused");
+    match arg("--conv").as_deref() {
+        None | Some("burn") => {}
+        Some("matmul") => wan::layers::use_conv_by_matmul(),
+        Some(other) => fail(&format!("--conv must be burn or matmul, got `{other}`")),
+    }
     let seed: u64 = number("--seed", 7) as u64;
     let out_dir = arg("--out").unwrap_or_else(|| "wan_vae_out".into());
 

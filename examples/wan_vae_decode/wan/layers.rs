@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use burn::module::{Module, Param};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::module::{conv2d, conv3d};
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::ops::{ConvOptions, PadMode};
 use burn::tensor::{DType, Device, Tensor, s};
 use burn_rmsnorm_silu::{Activation, RmsNormSiluOptions, rms_norm_silu_dim};
 
@@ -94,9 +94,72 @@ impl CausalConv3d {
             "conv3d",
             x.dims().to_vec(),
             self.weight.dims().to_vec(),
-            || conv3d(x, self.weight.val(), Some(self.bias.val()), options),
+            || {
+                if conv_by_matmul() {
+                    conv3d_by_matmul(x, self.weight.val(), self.bias.val(), self.pad)
+                } else {
+                    conv3d(x, self.weight.val(), Some(self.bias.val()), options)
+                }
+            },
         )
     }
+}
+
+/// Whether convolutions run as sums of matmuls ([`conv3d_by_matmul`]) instead of Burn's
+/// `conv3d` (`--conv matmul`, or `WAN_CONV=matmul`).
+pub fn conv_by_matmul() -> bool {
+    *CONV_BY_MATMUL.get_or_init(|| std::env::var("WAN_CONV").is_ok_and(|v| v == "matmul"))
+}
+
+static CONV_BY_MATMUL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Makes every convolution of this process run as matmuls (before the first one runs).
+pub fn use_conv_by_matmul() {
+    let _ = CONV_BY_MATMUL.set(true);
+}
+
+/// A stride-1 3D convolution (no temporal padding: the caller pads causally; `pad` zeros on
+/// each side of H and W) as a sum of one matmul per kernel tap over channels-last rows:
+/// `y[n, :] = bias + sum_tap x_tap[n, :] W_tap` with `x_tap` the input shifted by the tap.
+/// An alternative to Burn's autotuned `conv3d`, whose first use of a full-size Wan shape on
+/// CUDA did not finish within minutes (see README). The output is a channels-last view
+/// `[B, C_out, T, H, W]`, which the norm sites read in place.
+pub fn conv3d_by_matmul(x: Tensor<5>, weight: Tensor<5>, bias: Tensor<1>, pad: usize) -> Tensor<5> {
+    let [b, _, t_in, h, w] = x.dims();
+    let [c_out, c_in, kt, kh, kw] = weight.dims();
+    let (t, h_out, w_out) = (t_in + 1 - kt, h + 2 * pad + 1 - kh, w + 2 * pad + 1 - kw);
+    let x = if pad > 0 {
+        x.pad([(pad, pad), (pad, pad)], PadMode::Constant(0.0))
+    } else {
+        x
+    };
+    // [B, T, H, W, C]: every tap is then a window whose rows are C contiguous values.
+    let x = x.permute([0, 2, 3, 4, 1]);
+    let rows = b * t * h_out * w_out;
+    let mut acc: Option<Tensor<2>> = None;
+    for dt in 0..kt {
+        for dh in 0..kh {
+            for dw in 0..kw {
+                let tap = x
+                    .clone()
+                    .slice(s![.., dt..dt + t, dh..dh + h_out, dw..dw + w_out, ..])
+                    .reshape([rows, c_in]);
+                let w_tap = weight
+                    .clone()
+                    .slice(s![.., .., dt..dt + 1, dh..dh + 1, dw..dw + 1])
+                    .reshape([c_out, c_in])
+                    .transpose();
+                let y = tap.matmul(w_tap);
+                acc = Some(match acc {
+                    Some(a) => a + y,
+                    None => y,
+                });
+            }
+        }
+    }
+    let y = acc.expect("a kernel has at least one tap") + bias.reshape([1, c_out]);
+    y.reshape([b, t, h_out, w_out, c_out])
+        .permute([0, 4, 1, 2, 3])
 }
 
 /// A 2D convolution applied to each frame (`[N, C, H, W]`).
