@@ -56,7 +56,9 @@ for step in "${steps[@]}"; do
              # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi. Burn's
              # convolutions autotune on first use (minutes at cubecl's default level), so the
              # Wan steps autotune at the minimal level unless WAN_AUTOTUNE says otherwise.
-             for mode in fused unfused; do
+             # WAN_MODES="fused" runs one mode; WAN_CONV=matmul (read by the binary) swaps the
+             # convolutions for matmuls; WAN_TRACE=1 times every convolution.
+             for mode in ${WAN_MODES:-fused unfused}; do
                  extra=(); [ $mode = unfused ] && extra=(--unfused)
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
                      > "$out/wan-$mode-mem.txt" 2>/dev/null & smi=$!
