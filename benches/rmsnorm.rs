@@ -545,9 +545,10 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
 /// a copy of 3 bytes per element.
 fn backward(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::backward::launch_backward;
+    use burn_rmsnorm_silu::kernels::backward::launch_backward_with;
     let client = timer.client.clone();
-    let mut csv = String::from("c,t,kernel_us,copy_us,ratio_to_copy,gbps\n");
+    let mut csv =
+        String::from("c,t,kernel_us,copy_us,ratio_to_copy,gbps,fast_math_us,fast_math_ratio\n");
     for c in [96usize, 192, 384, 1024] {
         for t in [24_960usize, 99_840, 399_360] {
             let n = t * c;
@@ -558,33 +559,41 @@ fn backward(timer: &mut Timer, args: &Args) {
             let dgamma = client.empty(c * 2);
             let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
             let copy = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
-            let kernel = median(&timer.time(2, 50, || {
-                launch_backward(
-                    &client,
-                    x.clone(),
-                    gamma.clone(),
-                    dy.clone(),
-                    dx.clone(),
-                    dgamma.clone(),
-                    BF16,
-                    BF16,
-                    t,
-                    c,
-                    NormParams::rms(1e-6 / c as f32),
-                    Activation::Silu,
-                )
-                .expect("launch")
-            }));
+            let time = |fast_math: bool| {
+                median(&timer.time(2, 50, || {
+                    launch_backward_with(
+                        &client,
+                        x.clone(),
+                        gamma.clone(),
+                        dy.clone(),
+                        dx.clone(),
+                        dgamma.clone(),
+                        BF16,
+                        BF16,
+                        t,
+                        c,
+                        NormParams::rms(1e-6 / c as f32),
+                        Activation::Silu,
+                        fast_math,
+                    )
+                    .expect("launch")
+                }))
+            };
+            let kernel = time(false);
+            let fast = time(true);
             let gbps = (n * 6 + c * 4) as f64 / kernel / 1e3;
             writeln!(
                 csv,
-                "{c},{t},{kernel:.2},{copy:.2},{:.3},{gbps:.1}",
-                kernel / copy
+                "{c},{t},{kernel:.2},{copy:.2},{:.3},{gbps:.1},{fast:.2},{:.3}",
+                kernel / copy,
+                fast / copy
             )
             .unwrap();
             println!(
-                "backward C={c:5} T={t:7}: {kernel:9.2} us, copy {copy:9.2} us, x{:.3}, {gbps:.0} GB/s",
-                kernel / copy
+                "backward C={c:5} T={t:7}: {kernel:9.2} us, copy {copy:9.2} us, x{:.3}, {gbps:.0} GB/s; \
+                 fast_math {fast:9.2} us, x{:.3}",
+                kernel / copy,
+                fast / copy
             );
         }
     }

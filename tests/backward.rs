@@ -4,7 +4,7 @@
 //! row, many cubes, both norms and activations; dgamma is bitwise deterministic.
 
 use burn::tensor::DType;
-use rmsnorm_silu_kernels::backward::launch_backward;
+use rmsnorm_silu_kernels::backward::{launch_backward, launch_backward_with};
 use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
 
@@ -23,6 +23,23 @@ fn fused_gradients(
     norm: NormParams,
     activation: Activation,
 ) -> (Vec<f64>, Vec<f64>) {
+    fused_gradients_with(x, gamma, w, rows, channels, dtype, norm, activation, false)
+        .unwrap_or_else(|e| panic!("C={channels}: {e}"))
+}
+
+/// [`fused_gradients`] with the PTX SiLU' on or off; the launch's refusal as an error.
+#[allow(clippy::too_many_arguments)]
+fn fused_gradients_with(
+    x: &[f64],
+    gamma: &[f64],
+    w: &[f64],
+    rows: usize,
+    channels: usize,
+    dtype: DType,
+    norm: NormParams,
+    activation: Activation,
+    fast_math: bool,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
     let device = cube_device();
     let xt = upload(x, vec![rows, channels], dtype, &device);
     let gt = upload(gamma, vec![channels], dtype, &device);
@@ -34,7 +51,7 @@ fn fused_gradients(
         &device,
     );
     let dgamma = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
-    launch_backward(
+    launch_backward_with(
         &xt.client,
         xt.handle.clone(),
         gt.handle.clone(),
@@ -47,9 +64,10 @@ fn fused_gradients(
         channels,
         norm,
         activation,
+        fast_math,
     )
-    .unwrap_or_else(|e| panic!("C={channels}: {e}"));
-    (download(dx), download(dgamma))
+    .map_err(|e| e.to_string())?;
+    Ok((download(dx), download(dgamma)))
 }
 
 /// Central differences of `L = sum(w * y)` in f64 through the host reference.
@@ -148,6 +166,52 @@ fn fused_backward_matches_finite_differences() {
         }
     }
     assert_no_failures(&failures);
+}
+
+/// The PTX SiLU' (`fast_math`): on CUDA against the finite differences like the IEEE path;
+/// elsewhere refused with a reason.
+#[test]
+fn fast_math_backward_on_cuda_only() {
+    let mut rng = rng("backward fast");
+    for (rows, channels) in [(5usize, 3usize), (33, 160), (3, 384)] {
+        let norm = NormParams::rms(1e-5);
+        let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
+        let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let result = fused_gradients_with(
+            &x,
+            &gamma,
+            &w,
+            rows,
+            channels,
+            DType::F32,
+            norm,
+            Activation::Silu,
+            true,
+        );
+        if !on_gpu() {
+            let err = result.expect_err("fast_math off CUDA must be refused");
+            assert!(err.contains("needs a CUDA device"), "{err}");
+            continue;
+        }
+        let (dx, dgamma) = result.unwrap();
+        let (dx_fd, dgamma_fd) =
+            finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
+        let terms = term_scale(&x, &gamma, &w, channels, norm);
+        assert_close(
+            &dx,
+            &dx_fd,
+            1e-4 * terms,
+            1e-4,
+            "fast dx vs finite differences",
+        );
+        assert_close_to_scale(
+            &dgamma,
+            &dgamma_fd,
+            1e-4,
+            "fast dgamma vs finite differences",
+        );
+    }
 }
 
 /// bf16 in and out (fp32 inside): against the f64 finite differences of the same bf16 inputs,

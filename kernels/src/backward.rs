@@ -34,6 +34,8 @@ pub struct BackwardConfig {
     pub vectors_per_lane: usize,
     pub lane_reduce: LaneReduce,
     pub activation: Activation,
+    /// PTX sigmoid in SiLU' (CUDA only; see [`launch_backward_with`]).
+    pub fast_math: bool,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it. All units of the cube must call it
@@ -76,17 +78,33 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
     total
 }
 
-/// `dy * act'(u)`: SiLU' = `s (1 + u (1 - s))` with `s = sigmoid(u)`.
+/// `dy * act'(u)`: SiLU' = `s (1 + u (1 - s))` with `s = sigmoid(u)`; with `fast_math` (CUDA
+/// only) the sigmoid is PTX `rcp.approx(1 + ex2.approx(-u log2 e))`, as the forward's.
 #[cube]
 pub(crate) fn activation_grad<N: Size>(
     dy: Vector<f32, N>,
     u: Vector<f32, N>,
     #[comptime] activation: Activation,
+    #[comptime] fast_math: bool,
 ) -> Vector<f32, N> {
     let mut du = dy;
     if comptime![activation == Activation::Silu] {
         let one = Vector::<f32, N>::new(1.0f32);
-        let s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
+        let mut s = Vector::<f32, N>::new(0.0f32);
+        if comptime![fast_math] {
+            #[unroll]
+            for k in 0..N::value() {
+                let uk = u.extract(k);
+                s.insert(
+                    k,
+                    crate::forward::ptx_rcp_approx(
+                        1.0f32 + crate::forward::ptx_ex2_approx(uk * -crate::forward::LOG2_E),
+                    ),
+                );
+            }
+        } else {
+            s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
+        }
         du = dy * s * (one + u * (one - s));
     }
     du
@@ -165,7 +183,7 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
         #[unroll]
         for i in 0..vpl {
             let xhat = xs[i] * rv;
-            let du = activation_grad::<N>(dus[i], xhat * g[i], cfg.activation);
+            let du = activation_grad::<N>(dus[i], xhat * g[i], cfg.activation, cfg.fast_math);
             dus[i] = du;
             acc2 += du * g[i] * xhat;
         }
@@ -270,9 +288,37 @@ pub fn launch_backward(
     norm: NormParams,
     activation: Activation,
 ) -> Result<(), ForwardError> {
+    launch_backward_with(
+        client, x, gamma, dy, dx, dgamma, x_type, gamma_type, rows, channels, norm, activation,
+        false,
+    )
+}
+
+/// [`launch_backward`] with the PTX SiLU' (`fast_math`, CUDA devices only; refused elsewhere).
+/// Off in the API until measured on the H200 (`cargo bench --bench rmsnorm -- backward`
+/// times both).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_backward_with(
+    client: &Client,
+    x: Handle,
+    gamma: Handle,
+    dy: Handle,
+    dx: Handle,
+    dgamma: Handle,
+    x_type: ElemType,
+    gamma_type: ElemType,
+    rows: usize,
+    channels: usize,
+    norm: NormParams,
+    activation: Activation,
+    fast_math: bool,
+) -> Result<(), ForwardError> {
     let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
     if channels == 0 {
         return Ok(());
+    }
+    if fast_math && !client.properties().identity.fingerprint.starts_with("ptx_") {
+        return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());
     }
     let props = client.properties();
     let hw = &props.hardware;
@@ -333,6 +379,7 @@ pub fn launch_backward(
         vectors_per_lane: vecs.div_ceil(lanes),
         lane_reduce,
         activation,
+        fast_math: fast_math && activation == Activation::Silu,
     };
     let groups = rows.div_ceil(rows_per_cube).max(1);
     let cubes = match hw.num_streaming_multiprocessors {

@@ -499,7 +499,8 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
         for i in 0..cpu {
             let gv = Vector::<f32, N>::new(g[i]);
             let xhat = xs[i] * r;
-            let du = crate::backward::activation_grad::<N>(dus[i], xhat * gv, cfg.activation);
+            let du =
+                crate::backward::activation_grad::<N>(dus[i], xhat * gv, cfg.activation, false);
             dus[i] = du;
             acc2 += du * gv * xhat;
         }

@@ -197,7 +197,7 @@ pub(crate) fn activate<N: Size>(
     y
 }
 
-const LOG2_E: f32 = core::f32::consts::LOG2_E;
+pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
 /// The value written for `y`: `y` in the output dtype, or the saturated FP8 code of
 /// `y * out_scale` (a NaN passes the clamp and stays NaN).
@@ -220,7 +220,7 @@ fn encode<O: Float, N: Size>(
 
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
-fn ptx_ex2_approx(x: f32) -> f32 {
+pub(crate) fn ptx_ex2_approx(x: f32) -> f32 {
     let out: f32;
     gpu_asm!("ex2.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
     out
@@ -228,7 +228,7 @@ fn ptx_ex2_approx(x: f32) -> f32 {
 
 /// `1 / x` with PTX `rcp.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
-fn ptx_rcp_approx(x: f32) -> f32 {
+pub(crate) fn ptx_rcp_approx(x: f32) -> f32 {
     let out: f32;
     gpu_asm!("rcp.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
     out
