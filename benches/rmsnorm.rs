@@ -380,7 +380,9 @@ fn fallback(timer: &mut Timer, args: &Args) {
 /// physical layouts: dense channels-first (the channels kernel) and channels-last memory (the
 /// row kernel over B*T*H*W rows), each against a same-bytes copy in the same run.
 fn channels(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::channels::{ChannelsProblem, launch_channels};
+    use burn_rmsnorm_silu::kernels::channels::{
+        ChannelsConfig, ChannelsProblem, launch_channels_backward, launch_channels_with,
+    };
     let client = timer.client.clone();
     let shapes = [
         [1usize, 96, 4, 480, 832],
@@ -397,20 +399,60 @@ fn channels(timer: &mut Timer, args: &Args) {
         let out = client.empty(n * 2);
         let eps = 1e-6 / c as f32;
         let copy = median(&timer.time(2, 50, || timer.copy(&x, &out, n * 2)));
-        let first = median(&timer.time(2, 50, || {
-            launch_channels(
-                &client,
-                x.clone(),
-                gamma.clone(),
-                out.clone(),
-                BF16,
-                BF16,
-                ChannelsProblem::dense(b, c, positions),
-                NormParams::rms(eps),
-                Activation::Silu,
-            )
-            .expect("launch")
-        }));
+        let problem = ChannelsProblem::dense(b, c, positions);
+        let norm = NormParams::rms(eps);
+        // The launch shapes compared: the heuristic's, one unit per position vector (C walked
+        // twice) and the tiled form (channels split over groups, cached), each with the PTX
+        // SiLU off and on.
+        let sms = sms(&client) as usize;
+        let per_position = ChannelsConfig {
+            position_units: 256,
+            channel_groups: 1,
+            channels_per_unit: 0,
+            activation: Activation::Silu,
+            fast_math: false,
+        };
+        let groups = c.div_ceil(16).next_power_of_two().min(64);
+        let mut px = 256 / groups;
+        while px > 4 && (b * positions / 8).div_ceil(px) < 2 * sms {
+            px /= 2;
+        }
+        let tiled = ChannelsConfig {
+            position_units: px as u32,
+            channel_groups: groups as u32,
+            channels_per_unit: c.div_ceil(groups),
+            ..per_position
+        };
+        let mut variants: Vec<(String, Option<ChannelsConfig>)> =
+            vec![("channels-first heuristic".into(), None)];
+        for (name, cfg) in [("per-position", per_position), ("tiled", tiled)] {
+            for fast_math in [false, true] {
+                let label = format!(
+                    "channels-first {name}{}",
+                    if fast_math { " fast" } else { "" }
+                );
+                variants.push((label, Some(ChannelsConfig { fast_math, ..cfg })));
+            }
+        }
+        let mut results = Vec::new();
+        for (label, cfg) in variants {
+            let time = median(&timer.time(2, 50, || {
+                launch_channels_with(
+                    &client,
+                    x.clone(),
+                    gamma.clone(),
+                    out.clone(),
+                    BF16,
+                    BF16,
+                    problem,
+                    norm,
+                    Activation::Silu,
+                    cfg,
+                )
+                .expect("launch")
+            }));
+            results.push((label, time));
+        }
         let rows = Buffers {
             x: x.clone(),
             gamma: gamma.clone(),
@@ -419,9 +461,10 @@ fn channels(timer: &mut Timer, args: &Args) {
             fp8: false,
         };
         let (knobs, _) = select_knobs_with_source(&client, rows.problem, 2, 2, 256);
-        let last = time_knobs(timer, &rows, &knobs, 50);
+        results.push(("channels-last".into(), time_knobs(timer, &rows, &knobs, 50)));
         let bytes = (n * 4 + c * 2) as f64;
-        for (layout, k) in [("channels-first", first), ("channels-last", last)] {
+        for (layout, k) in &results {
+            let k = *k;
             writeln!(
                 csv,
                 "{shape:?},{layout},{k:.2},{copy:.2},{:.3},{:.1}",
@@ -430,11 +473,47 @@ fn channels(timer: &mut Timer, args: &Args) {
             )
             .unwrap();
             println!(
-                "{shape:?} {layout:>14}: {k:9.2} us, copy {copy:9.2} us, x{:.3}, {:.0} GB/s",
+                "{shape:?} {layout:>28}: {k:9.2} us, copy {copy:9.2} us, x{:.3}, {:.0} GB/s",
                 k / copy,
                 bytes / k / 1e3
             );
         }
+        // The channels-first backward (reads x, dy; writes dx: 6 bytes per element).
+        let dy = timer.random(BF16, n, -1.0, 2.0);
+        let dgamma = client.empty(c * 2);
+        let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
+        let copy3 = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
+        let backward = median(&timer.time(2, 50, || {
+            launch_channels_backward(
+                &client,
+                x.clone(),
+                gamma.clone(),
+                dy.clone(),
+                out.clone(),
+                dgamma.clone(),
+                BF16,
+                BF16,
+                b,
+                c,
+                positions,
+                norm,
+                Activation::Silu,
+                None,
+            )
+            .expect("launch")
+        }));
+        writeln!(
+            csv,
+            "{shape:?},channels-first backward,{backward:.2},{copy3:.2},{:.3},{:.1}",
+            backward / copy3,
+            (n * 6) as f64 / backward / 1e3
+        )
+        .unwrap();
+        println!(
+            "{shape:?} {:>28}: {backward:9.2} us, copy {copy3:9.2} us, x{:.3}",
+            "channels-first backward",
+            backward / copy3
+        );
     }
     write_file(args, "channels.csv", &csv.replace(", ", "x"));
 }

@@ -310,6 +310,7 @@ fn every_channels_config_writes_every_element() {
                     channel_groups,
                     channels_per_unit,
                     activation: Activation::Silu,
+                    fast_math: false,
                 };
                 let xt = upload(&x, shape.to_vec(), dtype, &device);
                 let gt = upload(&gamma, vec![channels], dtype, &device);

@@ -57,6 +57,9 @@ pub struct ChannelsConfig {
     /// Channels each unit keeps in registers (x read once); 0 walks C twice from memory.
     pub channels_per_unit: usize,
     pub activation: Activation,
+    /// PTX SiLU (CUDA only), as the row kernel's `fast_math` knob. The heuristic leaves it off
+    /// until measured here (`cargo bench --bench rmsnorm -- channels` times both).
+    pub fast_math: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -151,7 +154,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                 while c < channels {
                     let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]) * pre;
                     let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                    let y = activate::<N>(v * r * gv, cfg.activation, false);
+                    let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
                     out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                     c += groups;
                 }
@@ -164,7 +167,11 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                         let c = cy + i * groups;
                         if c < channels {
                             let v = Vector::<f32, N>::cast_from(xs[i]);
-                            let y = activate::<N>(v * r * Vector::new(g[i]), cfg.activation, false);
+                            let y = activate::<N>(
+                                v * r * Vector::new(g[i]),
+                                cfg.activation,
+                                cfg.fast_math,
+                            );
                             out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         }
                     }
@@ -173,7 +180,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                     while c < channels {
                         let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
                         let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                        let y = activate::<N>(v * r * gv, cfg.activation, false);
+                        let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
                         out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         c += groups;
                     }
@@ -292,10 +299,16 @@ pub fn launch_channels_with(
                     hw.max_units_per_cube
                 )));
             }
+            if cfg.fast_math && !client.properties().identity.fingerprint.starts_with("ptx_") {
+                return Err(ForwardError::InvalidKnobs(
+                    "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
+                ));
+            }
             let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
             ChannelsConfig {
                 channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
                 activation,
+                fast_math: cfg.fast_math && activation == Activation::Silu,
                 ..cfg
             }
         }
@@ -374,6 +387,7 @@ pub fn channels_config(
             channel_groups: 1,
             channels_per_unit: 0,
             activation,
+            fast_math: false,
         };
     }
     let max_groups = 64.min(1 << max_units.ilog2());
@@ -391,6 +405,7 @@ pub fn channels_config(
         channel_groups: groups as u32,
         channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
         activation,
+        fast_math: false,
     }
 }
 
@@ -578,6 +593,7 @@ pub fn channels_backward_config(
         channel_groups: groups as u32,
         channels_per_unit: channels.div_ceil(groups),
         activation,
+        fast_math: false,
     })
 }
 
