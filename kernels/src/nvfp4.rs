@@ -14,8 +14,11 @@
 //! encoded with the unrounded fp32 scale). Both follow [`crate::formats::nvfp4_block`] op for op,
 //! so the kernel's bytes equal the host quantiser's for the same fp32 `y`.
 //!
-//! A NaN `y` makes its block's scale the E4M3 NaN and its code 0x7 (E2M1 has no NaN): the block
+//! A NaN `y` makes its block's scale the E4M3 NaN and its codes 0x7 (E2M1 has no NaN): the block
 //! dequantises to NaN, other blocks and rows are untouched.
+//!
+//! Knobs ([`select_fp4_knobs`]): the measured H200 table (`lut/sm90_nvfp4.txt`, from the
+//! `quant` bench's sweep) by C and nearest T on sm_90, else [`heuristic_fp4_knobs`].
 
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
