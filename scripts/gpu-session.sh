@@ -39,7 +39,7 @@ for step in "${steps[@]}"; do
                    > "$out/tunefp8.log" 2>&1 ;;
         fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
-        quant) (cd gpu && timeout "${QUANT_TIMEOUT:-200}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
+        quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
         backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
