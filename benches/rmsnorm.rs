@@ -701,21 +701,19 @@ fn fp4_candidates(
             let bpl = blocks.div_ceil(lanes as usize);
             // The PTX SiLU won every shape of the first sweep (H200, 2026-11-30): the sweep
             // keeps to it, which halves its time.
-            for fast_math in [true] {
-                out.push(Fp4Knobs {
-                    vector_size: 8,
-                    lanes_per_row: lanes,
-                    rows_per_cube: units / lanes,
-                    blocks_per_lane: if bpl <= 16 { bpl } else { 0 },
-                    lane_reduce: if lanes <= hw.plane_size_min {
-                        LaneReduce::Plane
-                    } else {
-                        LaneReduce::Shared
-                    },
-                    fast_math,
-                    max_cubes: None,
-                });
-            }
+            out.push(Fp4Knobs {
+                vector_size: 8,
+                lanes_per_row: lanes,
+                rows_per_cube: units / lanes,
+                blocks_per_lane: if bpl <= 16 { bpl } else { 0 },
+                lane_reduce: if lanes <= hw.plane_size_min {
+                    LaneReduce::Plane
+                } else {
+                    LaneReduce::Shared
+                },
+                fast_math: true,
+                max_cubes: None,
+            });
         }
     }
     out
