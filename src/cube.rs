@@ -16,7 +16,7 @@ use rmsnorm_silu_kernels::nvfp4::{
 };
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
-use rmsnorm_silu_kernels::select::select_output_knobs_with_source;
+use rmsnorm_silu_kernels::select::{pick_vector_size, select_output_knobs_with_source};
 use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem};
 
 use crate::backend::RmsNormSiluBackend;
@@ -656,14 +656,13 @@ impl RowInputs {
             problem.rows,
             self.x_type.size(),
         );
-        let align = common_alignment(&[&self.x, &self.gamma]);
-        while knobs.vector_size > 1
-            && (!problem.x_row_stride.is_multiple_of(knobs.vector_size)
-                || !align.is_multiple_of((knobs.vector_size * self.x_type.size()) as u64)
-                || !align.is_multiple_of((knobs.vector_size * self.gamma_type.size()) as u64))
-        {
-            knobs.vector_size /= 2;
-        }
+        knobs.vector_size = knobs.vector_size.min(pick_vector_size(
+            &self.x.client,
+            problem,
+            self.x_type.size(),
+            self.gamma_type.size(),
+            common_alignment(&[&self.x, &self.gamma]),
+        ));
         let target = Fp4Target {
             codes,
             scales,

@@ -464,7 +464,7 @@ fn nvfp4_table_entries_are_valid_and_correct() {
     let mut rng = rng("nvfp4_table");
     let table = sm90_table();
     assert!(!table.is_empty());
-    for (c, t, knobs) in table {
+    for &(c, t, knobs) in table {
         assert_eq!(Fp4Knobs::parse(&knobs.to_string()), Ok(knobs));
         let runs_here = knobs.lanes_per_row * knobs.rows_per_cube <= hw.max_units_per_cube
             && (knobs.lane_reduce == LaneReduce::Shared

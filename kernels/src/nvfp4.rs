@@ -138,24 +138,28 @@ impl Fp4Knobs {
 /// The measured H200 NVFP4 table: `(C, T, knobs)`.
 const SM90_NVFP4: &str = include_str!("../lut/sm90_nvfp4.txt");
 
-/// The parsed sm_90 NVFP4 table; panics on a malformed line (compiled in, caught by tests).
-pub fn sm90_table() -> Vec<(usize, usize, Fp4Knobs)> {
-    SM90_NVFP4
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let parsed = (|| {
-                Some((
-                    f.first()?.parse().ok()?,
-                    f.get(1)?.parse().ok()?,
-                    Fp4Knobs::parse(f.get(2)?).ok()?,
-                ))
-            })();
-            parsed.unwrap_or_else(|| panic!("NVFP4 LUT line `{line}` is malformed"))
-        })
-        .collect()
+/// The parsed sm_90 NVFP4 table (parsed once); panics on a malformed line (compiled in, caught
+/// by tests).
+pub fn sm90_table() -> &'static [(usize, usize, Fp4Knobs)] {
+    static TABLE: std::sync::OnceLock<Vec<(usize, usize, Fp4Knobs)>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        SM90_NVFP4
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let parsed = (|| {
+                    Some((
+                        f.first()?.parse().ok()?,
+                        f.get(1)?.parse().ok()?,
+                        Fp4Knobs::parse(f.get(2)?).ok()?,
+                    ))
+                })();
+                parsed.unwrap_or_else(|| panic!("NVFP4 LUT line `{line}` is malformed"))
+            })
+            .collect()
+    })
 }
 
 /// The NVFP4 knobs for `rows x channels` of `elem_size`-byte inputs: on an sm_90 device with
@@ -167,17 +171,17 @@ pub fn select_fp4_knobs(
     rows: usize,
     elem_size: usize,
 ) -> Fp4Knobs {
-    let heuristic = heuristic_fp4_knobs(client, channels, elem_size);
+    let heuristic = || heuristic_fp4_knobs(client, channels, elem_size);
     let sm = crate::select::device_sm(client);
     if sm != Some(90) || elem_size != 2 {
-        return heuristic;
+        return heuristic();
     }
     let distance = |t: usize| ((t.max(1) as f64).ln() - (rows.max(1) as f64).ln()).abs();
     sm90_table()
-        .into_iter()
+        .iter()
         .filter(|(c, _, _)| *c == channels)
         .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))
-        .map(|(_, _, k)| k)
+        .map(|&(_, _, k)| k)
         .filter(|k| {
             let hw = &client.properties().hardware;
             k.vector_size <= hw.max_vector_size
@@ -186,7 +190,7 @@ pub fn select_fp4_knobs(
                     || k.lanes_per_row == 1
                     || k.lanes_per_row <= hw.plane_size_min)
         })
-        .unwrap_or(heuristic)
+        .unwrap_or_else(heuristic)
 }
 
 /// The comptime configuration of one compiled NVFP4 kernel.
