@@ -322,22 +322,15 @@ pub fn launch_backward_with(
     }
     let props = client.properties();
     let hw = &props.hardware;
-    let offsets = [&x, &dy, &dx].map(|h| h.offset_start.unwrap_or(0));
-    let g_offsets = [&gamma, &dgamma].map(|h| h.offset_start.unwrap_or(0));
-    let vector_size = [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| {
-            v * x_type.size() <= 16
-                && v <= hw.max_vector_size
-                && channels.is_multiple_of(v)
-                && offsets
-                    .iter()
-                    .all(|o| o.is_multiple_of((v * x_type.size()) as u64))
-                && g_offsets
-                    .iter()
-                    .all(|o| o.is_multiple_of((v * gamma_type.size()) as u64))
-        })
-        .unwrap_or(1);
+    let offsets = [
+        (&x, x_type),
+        (&dy, x_type),
+        (&dx, x_type),
+        (&gamma, gamma_type),
+        (&dgamma, gamma_type),
+    ]
+    .map(|(h, t)| (h.offset_start.unwrap_or(0), t.size()));
+    let vector_size = crate::select::widest_vector(client, x_type.size(), &[channels], &offsets);
     let vecs = channels / vector_size;
     let has_plane_ops = client
         .features()

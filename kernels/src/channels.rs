@@ -18,6 +18,7 @@ use cubecl::server::Handle;
 use crate::forward::{ForwardError, activate};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
+use crate::select::widest_vector;
 
 /// `batches x channels x positions`, positions contiguous. Strides are in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -260,7 +261,6 @@ pub fn launch_channels_with(
         return Ok(());
     }
     let hw = &client.properties().hardware;
-    let offsets = [x.offset_start.unwrap_or(0), out.offset_start.unwrap_or(0)];
     let strides = [
         p.positions,
         p.x_batch_stride,
@@ -268,17 +268,8 @@ pub fn launch_channels_with(
         p.out_batch_stride,
         p.out_channel_stride,
     ];
-    let vector_size = [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| {
-            v * x_type.size() <= 16
-                && v <= hw.max_vector_size
-                && strides.iter().all(|s| s.is_multiple_of(v))
-                && offsets
-                    .iter()
-                    .all(|o| o.is_multiple_of((v * x_type.size()) as u64))
-        })
-        .unwrap_or(1);
+    let offsets = [&x, &out].map(|h| (h.offset_start.unwrap_or(0), x_type.size()));
+    let vector_size = widest_vector(client, x_type.size(), &strides, &offsets);
     if p.x_channel_stride < p.positions || p.out_channel_stride < p.positions {
         return Err(ForwardError::InvalidKnobs(format!(
             "channel strides ({}, {}) must be >= the positions per channel {}",
@@ -622,18 +613,8 @@ pub fn launch_channels_backward(
         return Ok(());
     }
     let hw = &client.properties().hardware;
-    let offsets = [&x, &dy, &dx].map(|h| h.offset_start.unwrap_or(0));
-    let vector_size = [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| {
-            v * x_type.size() <= 16
-                && v <= hw.max_vector_size
-                && positions.is_multiple_of(v)
-                && offsets
-                    .iter()
-                    .all(|o| o.is_multiple_of((v * x_type.size()) as u64))
-        })
-        .unwrap_or(1);
+    let offsets = [&x, &dy, &dx].map(|h| (h.offset_start.unwrap_or(0), x_type.size()));
+    let vector_size = widest_vector(client, x_type.size(), &[positions], &offsets);
     let position_vectors = positions / vector_size;
     let cfg = match config {
         Some(cfg) => ChannelsConfig { activation, ..cfg },

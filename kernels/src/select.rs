@@ -296,6 +296,30 @@ pub fn heuristic_knobs(
 
 /// Widest vector (at most 16 bytes) that divides C and both row strides, keeps every buffer
 /// offset aligned, and that the device supports.
+/// The widest vector (8, 4, 2 or 1 elements, at most 16 bytes of `elem_size` and the device's
+/// maximum) that divides every length in `lengths` and whose byte size divides every buffer
+/// offset: `offsets` are `(byte offset, element size)` pairs. For kernels without knobs (the
+/// backward, the channels-first kernels).
+pub fn widest_vector(
+    client: &Client,
+    elem_size: usize,
+    lengths: &[usize],
+    offsets: &[(u64, usize)],
+) -> usize {
+    let hw_max = client.properties().hardware.max_vector_size;
+    [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&v| {
+            v * elem_size <= 16
+                && v <= hw_max
+                && lengths.iter().all(|l| l.is_multiple_of(v))
+                && offsets
+                    .iter()
+                    .all(|&(o, size)| o.is_multiple_of((v * size) as u64))
+        })
+        .unwrap_or(1)
+}
+
 pub fn pick_vector_size(
     client: &Client,
     problem: RowsProblem,
