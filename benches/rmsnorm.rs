@@ -382,6 +382,7 @@ fn fallback(timer: &mut Timer, args: &Args) {
 fn channels(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::channels::{
         ChannelsConfig, ChannelsProblem, launch_channels_backward, launch_channels_with,
+        tiled_channels_config,
     };
     let client = timer.client.clone();
     let shapes = [
@@ -404,7 +405,6 @@ fn channels(timer: &mut Timer, args: &Args) {
         // The launch shapes compared: the heuristic's, one unit per position vector (C walked
         // twice) and the tiled form (channels split over groups, cached), each with the PTX
         // SiLU off and on.
-        let sms = sms(&client) as usize;
         let per_position = ChannelsConfig {
             position_units: 256,
             channel_groups: 1,
@@ -412,17 +412,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             activation: Activation::Silu,
             fast_math: false,
         };
-        let groups = c.div_ceil(16).next_power_of_two().min(64);
-        let mut px = 256 / groups;
-        while px > 4 && (b * positions / 8).div_ceil(px) < 2 * sms {
-            px /= 2;
-        }
-        let tiled = ChannelsConfig {
-            position_units: px as u32,
-            channel_groups: groups as u32,
-            channels_per_unit: c.div_ceil(groups),
-            ..per_position
-        };
+        let tiled = tiled_channels_config(&client, c, b * positions / 8, Activation::Silu);
         let mut variants: Vec<(String, Option<ChannelsConfig>)> =
             vec![("channels-first heuristic".into(), None)];
         for (name, cfg) in [("per-position", per_position), ("tiled", tiled)] {

@@ -348,55 +348,86 @@ pub fn launch_channels_with(
 }
 
 /// The channels-first launch shape for `channels` and `position_vectors` vectors of positions in
-/// all. With at least 64 position vectors per SM (GPU): one unit per position vector, C
-/// walked twice. Otherwise enough channel groups that a unit caches at most 16 channels (64 on the CPU runtime,
-/// where a cube's units run one after another), at most 64 groups (beyond that, C is walked
-/// twice from memory), and as many position units as keep a cube at 256 units while the grid
-/// still has about two tiles per SM.
+/// all: with at least 64 position vectors per SM (GPU), one unit per position vector, C walked
+/// twice; otherwise [`tiled_channels_config`].
 pub fn channels_config(
     client: &Client,
     channels: usize,
     position_vectors: usize,
     activation: Activation,
 ) -> ChannelsConfig {
-    let hw = &client.properties().hardware;
-    let gpu = client
-        .features()
-        .plane
-        .contains(cubecl::ir::features::Plane::Ops)
-        && hw.plane_size_min >= 32;
-    let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
-    let max_units = max_units.min(hw.max_units_per_cube as usize).max(1);
-    let sms = hw.num_streaming_multiprocessors.unwrap_or(1) as usize;
+    let limits = ChannelsLimits::of(client);
     // Many positions: one unit per position vector walking C twice (no barriers) measured
     // faster on the H200 than the tiled form ([1, 96, 4, 480, 832]: 239 vs 465 us;
     // [1, 192, 4, 240, 416]: 208 vs 239 us); few positions need the tiles ([1, 384, 1, 60,
     // 104]: 15 vs 206 us).
-    if gpu && position_vectors >= 64 * sms {
+    if limits.gpu && position_vectors >= 64 * limits.sms {
         return ChannelsConfig {
-            position_units: max_units as u32,
+            position_units: limits.max_units as u32,
             channel_groups: 1,
             channels_per_unit: 0,
             activation,
             fast_math: false,
         };
     }
-    let max_groups = 64.min(1 << max_units.ilog2());
+    tiled_channels_config(client, channels, position_vectors, activation)
+}
+
+/// The tiled launch shape: enough channel groups that a unit caches at most 16 channels (64 on
+/// the CPU runtime, where a cube's units run one after another), at most 64 groups (beyond
+/// that `channels_per_unit` is 0: C is walked twice from memory), and as many position units
+/// as keep a cube at 256 units while the grid still has about two tiles per SM.
+pub fn tiled_channels_config(
+    client: &Client,
+    channels: usize,
+    position_vectors: usize,
+    activation: Activation,
+) -> ChannelsConfig {
+    let limits = ChannelsLimits::of(client);
     let groups = channels
-        .div_ceil(cap)
+        .div_ceil(limits.cap)
         .next_power_of_two()
-        .clamp(1, max_groups);
+        .clamp(1, 64.min(limits.max_units));
     let per_unit = channels.div_ceil(groups);
-    let mut px = (max_units / groups).max(1);
-    while px > 4 && position_vectors.div_ceil(px) < 2 * sms {
+    let mut px = limits.max_units / groups;
+    while px > 4 && position_vectors.div_ceil(px) < 2 * limits.sms {
         px /= 2;
     }
     ChannelsConfig {
         position_units: px as u32,
         channel_groups: groups as u32,
-        channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
+        channels_per_unit: if per_unit <= limits.cap { per_unit } else { 0 },
         activation,
         fast_math: false,
+    }
+}
+
+/// What the channels launch shapes are sized by.
+struct ChannelsLimits {
+    /// A GPU with plane ops and planes of at least 32 units.
+    gpu: bool,
+    /// Channels a unit keeps in registers at most.
+    cap: usize,
+    /// Units per cube (a power of two).
+    max_units: usize,
+    sms: usize,
+}
+
+impl ChannelsLimits {
+    fn of(client: &Client) -> Self {
+        let hw = &client.properties().hardware;
+        let gpu = client
+            .features()
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops)
+            && hw.plane_size_min >= 32;
+        let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
+        Self {
+            gpu,
+            cap,
+            max_units: 1 << max_units.min(hw.max_units_per_cube as usize).max(1).ilog2(),
+            sms: hw.num_streaming_multiprocessors.unwrap_or(1) as usize,
+        }
     }
 }
 
@@ -553,39 +584,17 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
     }
 }
 
-/// The channels-first backward's launch shape: the tiled form with every channel of a unit
-/// in registers (at most 16 on a GPU, 64 on the CPU runtime, over at most 64 channel groups);
-/// `None` when C is wider than that (the caller falls back to composed ops).
+/// The channels-first backward's launch shape: [`tiled_channels_config`] with every channel of
+/// a unit in registers; `None` when C is wider than that (the caller falls back to composed
+/// ops).
 pub fn channels_backward_config(
     client: &Client,
     channels: usize,
     position_vectors: usize,
     activation: Activation,
 ) -> Option<ChannelsConfig> {
-    let hw = &client.properties().hardware;
-    let gpu = client
-        .features()
-        .plane
-        .contains(cubecl::ir::features::Plane::Ops)
-        && hw.plane_size_min >= 32;
-    let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
-    let max_units = 1usize << max_units.min(hw.max_units_per_cube as usize).max(1).ilog2();
-    let groups = channels.div_ceil(cap).next_power_of_two();
-    if groups > 64.min(max_units) {
-        return None;
-    }
-    let mut px = max_units / groups;
-    let sms = hw.num_streaming_multiprocessors.unwrap_or(1) as usize;
-    while px > 4 && position_vectors.div_ceil(px) < 2 * sms {
-        px /= 2;
-    }
-    Some(ChannelsConfig {
-        position_units: px as u32,
-        channel_groups: groups as u32,
-        channels_per_unit: channels.div_ceil(groups),
-        activation,
-        fast_math: false,
-    })
+    let cfg = tiled_channels_config(client, channels, position_vectors, activation);
+    (cfg.channels_per_unit > 0).then_some(cfg)
 }
 
 /// Launches the channels-first backward on dense `[B, C, S]` x, dy and dx (`dgamma` `[C]` of
