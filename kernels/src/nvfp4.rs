@@ -357,6 +357,86 @@ fn block_y<E: Float, G: Float, N: Size>(
     }
 }
 
+/// Where a block goes: row `row`, block column `b` of `blocks`; `column_tiles` for the swizzle.
+#[derive(CubeType, Clone, Copy)]
+struct BlockAt {
+    row: usize,
+    b: usize,
+    blocks: usize,
+    column_tiles: usize,
+}
+
+/// Block `at.b` of a row from the cached `x` vectors `xs[first..]`: `y` (with the prescale `p`
+/// for rescued rows), quantised, codes and scale stored.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn write_block<E: Float, G: Float, S: Float, N: Size>(
+    xs: &Array<Vector<E, N>>,
+    first: usize,
+    gamma: &[Vector<G, N>],
+    codes: &mut [u32],
+    scales: &mut [S],
+    at: BlockAt,
+    scale: f32,
+    p: f32,
+    s_enc: f32,
+    ys: &mut Array<Vector<f32, N>>,
+    #[comptime] cfg: Fp4Config,
+    #[comptime] prescaled: bool,
+) {
+    block_y::<E, G, N>(xs, first, gamma, at.b, scale, p, ys, cfg, prescaled);
+    store_block::<S, N>(
+        &*ys,
+        codes,
+        scales,
+        (at.row * at.blocks + at.b) * 2,
+        scale_offset(at.row, at.b, at.blocks, at.column_tiles, cfg.layout),
+        s_enc,
+        cfg.recipe,
+        cfg.vector_size,
+    );
+}
+
+/// The lane's blocks `at.b, at.b + lanes, ...` of a row, each read again from `x` (row start
+/// `base`) into `xs[0..16 / N]` and written by [`write_block`].
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
+    x: &[Vector<E, N>],
+    base: usize,
+    xs: &mut Array<Vector<E, N>>,
+    gamma: &[Vector<G, N>],
+    codes: &mut [u32],
+    scales: &mut [S],
+    at: BlockAt,
+    scale: f32,
+    p: f32,
+    s_enc: f32,
+    ys: &mut Array<Vector<f32, N>>,
+    #[comptime] cfg: Fp4Config,
+    #[comptime] prescaled: bool,
+) {
+    let per_block = comptime![BLOCK / cfg.vector_size];
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let mut b = at.b;
+    while b < at.blocks {
+        #[unroll]
+        for h in 0..per_block {
+            xs[h] = x[base + b * per_block + h];
+        }
+        let block = BlockAt {
+            row: at.row,
+            b,
+            blocks: at.blocks,
+            column_tiles: at.column_tiles,
+        };
+        write_block::<E, G, S, N>(
+            &*xs, 0, gamma, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
+        );
+        b += lanes;
+    }
+}
+
 /// The NVFP4 kernel. `x` and `gamma` are vectors of `N` elements (`16 % N == 0`); `codes` holds
 /// two words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
 /// `scales` one `S` (E4M3) per block at [`scale_offset`].
@@ -462,72 +542,72 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                     for i in 0..bpl {
                         let b = lane + i * lanes;
                         if b < blocks {
-                            block_y::<E, G, N>(
+                            write_block::<E, G, S, N>(
                                 &xs,
                                 i * per_block,
                                 gamma,
-                                b,
+                                codes,
+                                scales,
+                                BlockAt {
+                                    row,
+                                    b,
+                                    blocks,
+                                    column_tiles,
+                                },
                                 scale,
                                 1.0f32,
+                                s_enc,
                                 &mut ys,
                                 cfg,
                                 false,
                             );
-                            store_block::<S, N>(
-                                &ys,
-                                codes,
-                                scales,
-                                (row * blocks + b) * 2,
-                                scale_offset(row, b, blocks, column_tiles, cfg.layout),
-                                s_enc,
-                                cfg.recipe,
-                                cfg.vector_size,
-                            );
                         }
                     }
                 } else {
-                    let mut b = lane;
-                    while b < blocks {
-                        #[unroll]
-                        for h in 0..per_block {
-                            xs[h] = x[base + b * per_block + h];
-                        }
-                        block_y::<E, G, N>(&xs, 0, gamma, b, scale, 1.0f32, &mut ys, cfg, false);
-                        store_block::<S, N>(
-                            &ys,
-                            codes,
-                            scales,
-                            (row * blocks + b) * 2,
-                            scale_offset(row, b, blocks, column_tiles, cfg.layout),
-                            s_enc,
-                            cfg.recipe,
-                            cfg.vector_size,
-                        );
-                        b += lanes;
-                    }
+                    write_streamed_row::<E, G, S, N>(
+                        x,
+                        base,
+                        &mut xs,
+                        gamma,
+                        codes,
+                        scales,
+                        BlockAt {
+                            row,
+                            b: lane,
+                            blocks,
+                            column_tiles,
+                        },
+                        scale,
+                        1.0f32,
+                        s_enc,
+                        &mut ys,
+                        cfg,
+                        false,
+                    );
                 }
             } else {
                 // Rescued rows (rare) re-read x from memory with the exact prescale.
                 let scale = inv_rms(rescued[0], inv_channels, eps * p * p, floor * p * p);
-                let mut b = lane;
-                while b < blocks {
-                    #[unroll]
-                    for h in 0..per_block {
-                        xs[h] = x[base + b * per_block + h];
-                    }
-                    block_y::<E, G, N>(&xs, 0, gamma, b, scale, p, &mut ys, cfg, true);
-                    store_block::<S, N>(
-                        &ys,
-                        codes,
-                        scales,
-                        (row * blocks + b) * 2,
-                        scale_offset(row, b, blocks, column_tiles, cfg.layout),
-                        s_enc,
-                        cfg.recipe,
-                        cfg.vector_size,
-                    );
-                    b += lanes;
-                }
+                write_streamed_row::<E, G, S, N>(
+                    x,
+                    base,
+                    &mut xs,
+                    gamma,
+                    codes,
+                    scales,
+                    BlockAt {
+                        row,
+                        b: lane,
+                        blocks,
+                        column_tiles,
+                    },
+                    scale,
+                    p,
+                    s_enc,
+                    &mut ys,
+                    cfg,
+                    true,
+                );
             }
         }
         group += CUBE_COUNT;
