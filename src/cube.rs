@@ -394,24 +394,15 @@ fn backward_dim(
     let shape = x.shape();
     let rank = shape.num_dims();
     let channels = shape[dim];
-    let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
-    let mut inverse = vec![0; rank];
-    for (i, &a) in axes.iter().enumerate() {
-        inverse[a] = i;
-    }
-    let rows_view = |t: &CubeTensor| {
-        let mut moved = t.clone();
-        (!t.meta.is_tiled()
-            && moved.meta.permute(&axes).is_ok()
-            && row_pitch(moved.meta.shape(), moved.meta.strides()) == Some(channels))
-        .then_some(moved)
+    let moved = DimLast::new(rank, dim);
+    let dense_rows = |t: &CubeTensor| {
+        moved
+            .rows(t)
+            .filter(|r| row_pitch(r.meta.shape(), r.meta.strides()) == Some(channels))
     };
-    if let (Some(xr), Some(dyr)) = (rows_view(x), rows_view(dy)) {
-        let (mut dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
-        dx.meta
-            .permute(&inverse)
-            .expect("the inverse of a permutation is a permutation");
-        return Some((dx, dgamma));
+    if let (Some(xr), Some(dyr)) = (dense_rows(x), dense_rows(dy)) {
+        let (dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
+        return Some((moved.restore(dx), dgamma));
     }
     let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
     let gd = into_contiguous(gamma.clone());
@@ -471,23 +462,9 @@ pub fn forward_dim(
     if dim + 1 == rank {
         return forward(x, gamma, norm, activation);
     }
-    // Move `dim` last in the metadata only, and see whether that is a row layout.
-    let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
-    let mut inverse = vec![0; rank];
-    for (i, &a) in axes.iter().enumerate() {
-        inverse[a] = i;
-    }
-    if !x.meta.is_tiled() {
-        let mut moved = x.clone();
-        if moved.meta.permute(&axes).is_ok()
-            && row_pitch(moved.meta.shape(), moved.meta.strides()).is_some()
-        {
-            let mut out = forward(moved, gamma, norm, activation);
-            out.meta
-                .permute(&inverse)
-                .expect("the inverse of a permutation is a permutation");
-            return out;
-        }
+    let moved = DimLast::new(rank, dim);
+    if let Some(rows) = moved.rows(&x) {
+        return moved.restore(forward(rows, gamma, norm, activation));
     }
     let shape = x.shape();
     let x_type = elem_type(x.dtype, "x");
@@ -512,6 +489,40 @@ pub fn forward_dim(
     )
     .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
     out
+}
+
+/// Axis `dim` moved last in the metadata only (no data moves), and moved back.
+struct DimLast {
+    axes: Vec<usize>,
+    inverse: Vec<usize>,
+}
+
+impl DimLast {
+    fn new(rank: usize, dim: usize) -> Self {
+        let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
+        let mut inverse = vec![0; rank];
+        for (i, &a) in axes.iter().enumerate() {
+            inverse[a] = i;
+        }
+        Self { axes, inverse }
+    }
+
+    /// `t` with `dim` last, when that view is rows of one pitch (channels-last memory).
+    fn rows(&self, t: &CubeTensor) -> Option<CubeTensor> {
+        let mut moved = t.clone();
+        (!t.meta.is_tiled()
+            && moved.meta.permute(&self.axes).is_ok()
+            && row_pitch(moved.meta.shape(), moved.meta.strides()).is_some())
+        .then_some(moved)
+    }
+
+    /// A result in the moved axis order, presented in the original one.
+    fn restore(&self, mut t: CubeTensor) -> CubeTensor {
+        t.meta
+            .permute(&self.inverse)
+            .expect("the inverse of a permutation is a permutation");
+        t
+    }
 }
 
 /// The cubecl element type of a float dtype the kernel accepts.
