@@ -22,7 +22,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, horizontal_sum};
+use crate::forward::{ForwardError, horizontal_sum, tree_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
 
@@ -205,25 +205,13 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
     // The cube's unit rows add their dgamma partials in shared memory (a fixed tree over the
     // rows, `rows_per_cube` a power of two), so the scratch buffer holds one row per cube.
     let mut red = Shared::<[Vector<f32, N>]>::new_slice(comptime![lanes * rows_per_cube]);
-    let steps = comptime![(rows_per_cube as u32).trailing_zeros()];
     #[unroll]
     for i in 0..vpl {
         let j = lane + i * lanes;
-        red[y * lanes + lane] = dg[i];
-        sync_cube();
-        #[unroll]
-        for k in 0..steps {
-            let stride = (rows_per_cube >> 1) >> k;
-            if y < stride {
-                let other = red[(y + stride) * lanes + lane];
-                red[y * lanes + lane] += other;
-            }
-            sync_cube();
-        }
+        let total = tree_sum::<N>(dg[i], &mut red, y * lanes + lane, y, lanes, rows_per_cube);
         if y == 0 && j < vecs_per_row {
-            partial[CUBE_POS * vecs_per_row + j] = red[lane];
+            partial[CUBE_POS * vecs_per_row + j] = total;
         }
-        sync_cube();
     }
 }
 

@@ -15,7 +15,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, activate};
+use crate::forward::{ForwardError, activate, tree_sum};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -431,8 +431,8 @@ impl ChannelsLimits {
     }
 }
 
-/// Sum over the channel groups of a cube column (a fixed tree; `groups` a power of two); every
-/// unit gets its column's total. All units of the cube must call it (uniformly).
+/// Sum over the channel groups of a cube column ([`tree_sum`] along `y`); every unit gets its
+/// column's total. All units of the cube must call it (uniformly).
 #[cube]
 fn channel_groups_sum<N: Size>(
     v: Vector<f32, N>,
@@ -442,24 +442,7 @@ fn channel_groups_sum<N: Size>(
 ) -> Vector<f32, N> {
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
-    let mut total = v;
-    if comptime![groups > 1] {
-        shared[cy * px + ux] = v;
-        sync_cube();
-        let steps = comptime![(groups as u32).trailing_zeros()];
-        #[unroll]
-        for k in 0..steps {
-            let stride = (groups >> 1) >> k;
-            if cy < stride {
-                let other = shared[(cy + stride) * px + ux];
-                shared[cy * px + ux] += other;
-            }
-            sync_cube();
-        }
-        total = shared[ux];
-        sync_cube();
-    }
-    total
+    tree_sum::<N>(v, shared, cy * px + ux, cy, px, groups)
 }
 
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the

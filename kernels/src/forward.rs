@@ -67,6 +67,40 @@ pub(crate) fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
     sum
 }
 
+/// Sum of `v` over the `members` units of a cube that differ only along one cube axis
+/// (`member`: this unit's index along it; `slot`: its slot in `shared`; `stride`: the distance
+/// between the slots of neighbouring members), in a fixed tree (`members` a power of two);
+/// every unit gets its total. All units of the cube must call it (uniformly): it uses cube
+/// barriers, the last one after every unit has read its total.
+#[cube]
+pub(crate) fn tree_sum<N: Size>(
+    v: Vector<f32, N>,
+    shared: &mut Shared<[Vector<f32, N>]>,
+    slot: usize,
+    member: usize,
+    stride: usize,
+    #[comptime] members: usize,
+) -> Vector<f32, N> {
+    let mut total = v;
+    if comptime![members > 1] {
+        shared[slot] = v;
+        sync_cube();
+        let steps = comptime![(members as u32).trailing_zeros()];
+        #[unroll]
+        for k in 0..steps {
+            let half = (members >> 1) >> k;
+            if member < half {
+                let other = shared[slot + half * stride];
+                shared[slot] += other;
+            }
+            sync_cube();
+        }
+        total = shared[slot - member * stride];
+        sync_cube();
+    }
+    total
+}
+
 /// Combines, for each of the unit's `rows_per_unit` rows, the partial sums of the
 /// `lanes_per_row` units of that row; every lane gets the totals (in place).
 ///
