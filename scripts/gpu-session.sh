@@ -16,8 +16,11 @@ out=$PWD/gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
 chmod +x gpu/tests gpu/bench 2>/dev/null
-# cubecl's compilation cache (PTX on disk) for every binary run from gpu/: steps share it.
-printf '[compilation]\ncache = true\n' > gpu/cubecl.toml
+# cubecl's environment (compiled kernels and autotune results, one database) in gpu/ for every
+# binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
+# can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
+printf '[compilation]\ncache = true\n\n[environment]\npath = "local"\n' > gpu/cubecl.toml
+[ -f gpu/env.tgz ] && tar xzf gpu/env.tgz -C gpu && echo "cubecl environment restored: $(du -sh gpu/default.db* | tr '\n' ' ')"
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize fallback channels backward bench torch)
@@ -37,7 +40,7 @@ for step in "${steps[@]}"; do
                    > "$out/tune.log" 2>&1 ;;
         tunefp8) (cd gpu && timeout 240 ./bench tune --output fp8 --lut "$out/sm90_fp8.txt" --out "$out") \
                    > "$out/tunefp8.log" 2>&1 ;;
-        fallback) (cd gpu && timeout 150 ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
+        fallback) (cd gpu && timeout "${FALLBACK_TIMEOUT:-150}" ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
         quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
         backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
@@ -73,7 +76,12 @@ for step in "${steps[@]}"; do
     esac
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
     # Packed after every step: a call that runs out of time still brings back what finished.
-    if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" -C gpu out; fi
+    if [ -n "${OUT:-}" ]; then
+        tar czf "$OUT/results.tgz" -C gpu out
+        # ("local" in cubecl.toml puts it in the binaries' working directory, gpu/.)
+        (cd gpu && ls default.db* >/dev/null 2>&1 && tar czf "$OUT/env.tgz" default.db*) \
+            || echo "no cubecl environment in gpu/: $(ls target/environment 2>&1 | tr '\n' ' ')"
+    fi
 done
 grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160

@@ -32,9 +32,10 @@ tools=("$@")
 # Only this crate's kernels are instrumented (compute-sanitizer 2022+ option).
 only=(--kernel-name kns=rms_norm)
 "$sanitizer" --version | tail -1
-# Run from gpu/, where cubecl.toml turns on cubecl's compilation cache: the first tool pays
-# for NVRTC, the others reuse its PTX (the test binary JIT-compiles a few hundred configs).
-printf '[compilation]\ncache = true\n' > gpu/cubecl.toml
+# Run from gpu/, where cubecl.toml turns on cubecl's compilation cache (kept in gpu/, as
+# scripts/gpu-session.sh keeps it): the first run pays for NVRTC, the others reuse its PTX (the
+# test binary JIT-compiles a few hundred configs).
+printf '[compilation]\ncache = true\n\n[environment]\npath = "local"\n' > gpu/cubecl.toml
 cd gpu
 case "$out" in /*) ;; *) out="../$out" ;; esac
 # initcheck tracks which bytes were written only through instrumented kernels and copies, so

@@ -252,6 +252,12 @@ fn encode<O: Float, N: Size>(
     Vector::<O, N>::cast_from(v)
 }
 
+/// Whether the device takes the PTX math of the `fast_math` paths (a CUDA device; cubecl's
+/// fingerprint of a CUDA device starts with `ptx_`). Elsewhere `fast_math` is refused.
+pub fn has_ptx_math(client: &Client) -> bool {
+    client.properties().identity.fingerprint.starts_with("ptx_")
+}
+
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
 pub(crate) fn ptx_ex2_approx(x: f32) -> f32 {
@@ -779,7 +785,7 @@ pub fn validate_knobs(
             knobs.rows_per_unit
         ));
     }
-    if knobs.fast_math && !props.identity.fingerprint.starts_with("ptx_") {
+    if knobs.fast_math && !has_ptx_math(client) {
         return bad(format!(
             "fast_math uses PTX instructions and needs a CUDA device (this one: {})",
             props.identity.fingerprint

@@ -25,7 +25,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::forward::{
-    ForwardError, RowsProblem, activate, horizontal_sum, inv_rms, lane_sums, nan_max,
+    ForwardError, RowsProblem, activate, has_ptx_math, horizontal_sum, inv_rms, lane_sums,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
@@ -226,20 +226,25 @@ impl Fp4Config {
 }
 
 /// The E2M1 code (low nibble) of `v`: round to nearest, ties to even, saturate at ±6; the sign
-/// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. The magnitude code counts the midpoints between
-/// E2M1 values that `|v|` has passed; at a midpoint, `>` or `>=` picks the even neighbour.
+/// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. Computed on the float's bits (about half the
+/// instructions of counting the seven midpoints `|v|` has passed):
+/// - `|v| >= 1`: E2M1 keeps one mantissa bit, so adding `2^21 - 1` plus the kept bit to the bits
+///   rounds the mantissa to one bit, nearest-even (a carry bumps the exponent); the code is then
+///   `2 (e - 127) + 2 + m = (bits >> 22) - 252`, saturated at 7;
+/// - `|v| < 1`: the code is `rint(2 |v|)` (0, 0.5 or 1), which the fp32 addition of `2^23`
+///   rounds to nearest even; its low bits are the integer.
 #[cube]
 pub fn e2m1_code(v: f32) -> u32 {
-    let a = v.abs();
-    let mut code = 0u32;
-    code += u32::cast_from(a > 0.25f32);
-    code += u32::cast_from(a >= 0.75f32);
-    code += u32::cast_from(a > 1.25f32);
-    code += u32::cast_from(a >= 1.75f32);
-    code += u32::cast_from(a > 2.5f32);
-    code += u32::cast_from(a >= 3.5f32);
-    code += u32::cast_from(a > 5.0f32);
-    let sign = (u32::reinterpret(v) >> 31u32) << 3u32;
+    let bits = u32::reinterpret(v);
+    let magnitude = bits & 0x7fff_ffffu32;
+    let a = f32::reinterpret(magnitude);
+    let kept_bit = (magnitude >> 22u32) & 1u32;
+    let rounded = (magnitude + 0x001f_ffffu32 + kept_bit) >> 22u32;
+    // Wraps for |v| < 1, where `small` is taken instead.
+    let large = select(rounded > 259u32, 259u32, rounded) - 252u32;
+    let small = u32::reinterpret(a * 2.0f32 + 8_388_608.0f32) - 0x4b00_0000u32;
+    let code = select(a < 1.0f32, small, large);
+    let sign = (bits >> 28u32) & 8u32;
     select(v.is_nan(), 7u32, sign | code)
 }
 
@@ -258,14 +263,18 @@ fn store_block<S: Float, N: Size>(
     #[comptime] vector_size: usize,
 ) {
     let per_block = comptime![BLOCK / vector_size];
-    let mut amax = 0.0f32;
+    // max |y| on the bits: for non-negative floats the bit patterns order as the values, and a
+    // NaN's are above infinity's, so a NaN wins (and makes the block's scale NaN).
+    let mut amax_bits = 0u32;
     #[unroll]
     for h in 0..per_block {
         #[unroll]
         for k in 0..vector_size {
-            amax = nan_max(amax, ys[h].extract(k).abs());
+            let m = u32::reinterpret(ys[h].extract(k)) & 0x7fff_ffffu32;
+            amax_bits = select(m > amax_bits, m, amax_bits);
         }
     }
+    let amax = f32::reinterpret(amax_bits);
     #[allow(unused_assignments)]
     let mut stored = 0.0f32;
     #[allow(unused_assignments)]
@@ -671,7 +680,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
     } else {
         1
     };
-    let fast_math = props.identity.fingerprint.starts_with("ptx_");
+    let fast_math = has_ptx_math(client);
     if !plane_ops || hw.plane_size_min <= 1 {
         return Fp4Knobs {
             vector_size,
@@ -795,7 +804,7 @@ pub fn launch_forward_nvfp4(
             "plane reduction over {lanes} lanes needs plane ops and a plane that wide"
         ));
     }
-    if knobs.fast_math && !client.properties().identity.fingerprint.starts_with("ptx_") {
+    if knobs.fast_math && !has_ptx_math(client) {
         return bad("fast_math needs a CUDA device".into());
     }
     let cached = knobs.blocks_per_lane > 0 && lanes as usize * knobs.blocks_per_lane >= blocks;

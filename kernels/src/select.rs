@@ -9,7 +9,7 @@
 
 use cubecl::prelude::*;
 
-use crate::forward::{RowsProblem, validate_knobs};
+use crate::forward::{RowsProblem, has_ptx_math, validate_knobs};
 use crate::knobs::{GammaIn, Knobs, LaneReduce};
 use crate::lut;
 
@@ -290,7 +290,7 @@ pub fn heuristic_knobs(
         gamma: GammaIn::Registers,
         max_cubes,
         // The PTX approximations of the SiLU: chosen by the H200 tuner for most shapes.
-        fast_math: client.properties().identity.fingerprint.starts_with("ptx_"),
+        fast_math: has_ptx_math(client),
     }
 }
 
