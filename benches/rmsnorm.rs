@@ -589,6 +589,7 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
             KnobSource::Environment => "env",
             KnobSource::Lut(burn_rmsnorm_silu::kernels::lut::Match::Exact) => "lut",
             KnobSource::Lut(_) => "lut-near",
+            KnobSource::TableDerived => "table-derived",
             KnobSource::Heuristic => "heuristic",
         };
         writeln!(
