@@ -4,7 +4,7 @@
 //! row, many cubes, both norms and activations; dgamma is bitwise deterministic.
 
 use burn::tensor::DType;
-use rmsnorm_silu_kernels::backward::{launch_backward, launch_backward_with};
+use rmsnorm_silu_kernels::backward::{BackwardKnobs, launch_backward, launch_backward_with};
 use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
 
@@ -23,11 +23,15 @@ fn fused_gradients(
     norm: NormParams,
     activation: Activation,
 ) -> (Vec<f64>, Vec<f64>) {
-    fused_gradients_with(x, gamma, w, rows, channels, dtype, norm, activation, false)
+    let knobs = BackwardKnobs {
+        fast_math: false,
+        ..BackwardKnobs::for_device(&cube_device().client())
+    };
+    fused_gradients_with(x, gamma, w, rows, channels, dtype, norm, activation, knobs)
         .unwrap_or_else(|e| panic!("C={channels}: {e}"))
 }
 
-/// [`fused_gradients`] with the PTX SiLU' on or off; the launch's refusal as an error.
+/// [`fused_gradients`] with given knobs; the launch's refusal as an error.
 #[allow(clippy::too_many_arguments)]
 fn fused_gradients_with(
     x: &[f64],
@@ -38,7 +42,7 @@ fn fused_gradients_with(
     dtype: DType,
     norm: NormParams,
     activation: Activation,
-    fast_math: bool,
+    knobs: BackwardKnobs,
 ) -> Result<(Vec<f64>, Vec<f64>), String> {
     let device = cube_device();
     let xt = upload(x, vec![rows, channels], dtype, &device);
@@ -64,7 +68,7 @@ fn fused_gradients_with(
         channels,
         norm,
         activation,
-        fast_math,
+        knobs,
     )
     .map_err(|e| e.to_string())?;
     Ok((download(dx), download(dgamma)))
@@ -187,7 +191,10 @@ fn fast_math_backward_on_cuda_only() {
             DType::F32,
             norm,
             Activation::Silu,
-            true,
+            BackwardKnobs {
+                fast_math: true,
+                ..BackwardKnobs::for_device(&cube_device().client())
+            },
         );
         if !on_gpu() {
             let err = result.expect_err("fast_math off CUDA must be refused");
@@ -211,6 +218,95 @@ fn fast_math_backward_on_cuda_only() {
             1e-4,
             "fast dgamma vs finite differences",
         );
+    }
+}
+
+/// Every register cap and cube size the bench sweeps gives the finite-difference gradients
+/// (odd C, a masked last vector slot, rows spread over several cubes); the ones this device
+/// refuses (more lanes per row than a cube has, as on the CPU runtime) say why, and bad knob
+/// values are refused with their name.
+#[test]
+fn every_backward_knob_setting_matches_finite_differences() {
+    let mut rng = rng("backward knobs");
+    let client = cube_device().client();
+    let base = BackwardKnobs {
+        fast_math: false,
+        ..BackwardKnobs::for_device(&client)
+    };
+    let norm = NormParams::rms(1e-5);
+    let mut launched = 0;
+    let mut failures = Vec::new();
+    for (rows, channels) in [(37usize, 3usize), (19, 24), (11, 40), (5, 200)] {
+        let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
+        let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let (dx_fd, dgamma_fd) =
+            finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
+        let terms = term_scale(&x, &gamma, &w, channels, norm);
+        for cap in [1usize, 2, 4, 8, 64] {
+            for units in [128usize, 256] {
+                let knobs = BackwardKnobs {
+                    max_vectors_per_lane: cap,
+                    units_per_cube: units,
+                    ..base
+                };
+                let result = fused_gradients_with(
+                    &x,
+                    &gamma,
+                    &w,
+                    rows,
+                    channels,
+                    DType::F32,
+                    norm,
+                    Activation::Silu,
+                    knobs,
+                );
+                let label = format!("T={rows} C={channels} {knobs}: ");
+                match result {
+                    Err(e) => assert!(e.contains("lanes per row"), "{label}{e}"),
+                    Ok((dx, dgamma)) => {
+                        launched += 1;
+                        record_failure(&mut failures, &label, || {
+                            assert_close(&dx, &dx_fd, 1e-4 * terms, 1e-4, "dx");
+                            assert_close_to_scale(&dgamma, &dgamma_fd, 1e-4, "dgamma");
+                        });
+                    }
+                }
+            }
+        }
+    }
+    assert_no_failures(&failures);
+    assert!(launched >= 16, "only {launched} knob settings launched");
+    for (knobs, what) in [
+        (
+            BackwardKnobs {
+                max_vectors_per_lane: 0,
+                ..base
+            },
+            "max_vectors_per_lane",
+        ),
+        (
+            BackwardKnobs {
+                units_per_cube: 96,
+                ..base
+            },
+            "units_per_cube",
+        ),
+    ] {
+        let x = vec![1.0; 8];
+        let err = fused_gradients_with(
+            &x,
+            &x[..4],
+            &x,
+            2,
+            4,
+            DType::F32,
+            norm,
+            Activation::Silu,
+            knobs,
+        )
+        .expect_err("bad knobs must be refused");
+        assert!(err.contains(what), "{err}");
     }
 }
 

@@ -34,7 +34,7 @@ pub struct BackwardConfig {
     pub vectors_per_lane: usize,
     pub lane_reduce: LaneReduce,
     pub activation: Activation,
-    /// PTX sigmoid in SiLU' (CUDA only; see [`launch_backward_with`]).
+    /// PTX sigmoid in SiLU' (CUDA only; see [`BackwardKnobs`]).
     pub fast_math: bool,
 }
 
@@ -253,10 +253,54 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     }
 }
 
-/// Largest register cache per lane, in vectors (GPU, and the CPU runtime where a row has only
-/// two units and a bigger cache would unroll into very long code).
-const MAX_VECTORS_PER_LANE_GPU: usize = 8;
-const MAX_VECTORS_PER_LANE_CPU: usize = 64;
+/// The launch choices of the row backward, which the bench sweeps
+/// (`cargo bench --bench rmsnorm -- backward`). Each lane keeps four arrays of
+/// `max_vectors_per_lane` vectors in registers (x, dy, gamma and its dgamma sums, in f32), so
+/// the cap trades registers (occupancy) against lanes per row (reduction steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardKnobs {
+    /// The sigmoid in SiLU' through PTX `ex2.approx` + `rcp.approx` (CUDA only).
+    pub fast_math: bool,
+    /// Most vectors of a row per lane; lanes per row are the next power of two that fits C.
+    pub max_vectors_per_lane: usize,
+    /// Units per cube on a GPU (a power of two); the CPU runtime takes its maximum.
+    pub units_per_cube: usize,
+}
+
+impl BackwardKnobs {
+    /// The defaults: the PTX SiLU' where the device has it (13-25% faster on the H200,
+    /// 2026-11-30), at most 8 vectors per lane and 256 units per cube on a GPU; 64 vectors per
+    /// lane on the CPU runtime, where a row has two units at most.
+    pub fn for_device(client: &Client) -> Self {
+        let gpu = is_gpu(client);
+        Self {
+            fast_math: has_ptx_math(client),
+            max_vectors_per_lane: if gpu { 8 } else { 64 },
+            units_per_cube: 256,
+        }
+    }
+}
+
+impl core::fmt::Display for BackwardKnobs {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "c{}.u{}{}",
+            self.max_vectors_per_lane,
+            self.units_per_cube,
+            if self.fast_math { ".fast" } else { "" }
+        )
+    }
+}
+
+/// A GPU for the launch shapes: plane ops and planes of at least 32 units.
+fn is_gpu(client: &Client) -> bool {
+    let has_plane_ops = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
+    has_plane_ops && client.properties().hardware.plane_size_min >= 32
+}
 
 /// Launches the backward on dense `[rows, C]` tensors: `x`, `dy` and `dx` of `x_type`, `gamma`
 /// and `dgamma` (`[C]`) of `gamma_type`. Refuses (so the caller can use composed ops) rows
@@ -289,14 +333,12 @@ pub fn launch_backward(
         channels,
         norm,
         activation,
-        has_ptx_math(client),
+        BackwardKnobs::for_device(client),
     )
 }
 
-/// [`launch_backward`] with or without the PTX SiLU' (`fast_math`, CUDA devices only; refused
-/// elsewhere). [`launch_backward`] takes it wherever it can: on the H200 it cut the backward by
-/// 13-25% (C = 96..1024, T = 24960..399360; `cargo bench --bench rmsnorm -- backward` times
-/// both, 2026-11-30).
+/// [`launch_backward`] with given [`BackwardKnobs`]; `fast_math` off CUDA, a zero cap or a
+/// units count that is not a power of two are refused.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_backward_with(
     client: &Client,
@@ -311,14 +353,20 @@ pub fn launch_backward_with(
     channels: usize,
     norm: NormParams,
     activation: Activation,
-    fast_math: bool,
+    knobs: BackwardKnobs,
 ) -> Result<(), ForwardError> {
     let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
+    if knobs.fast_math && !has_ptx_math(client) {
+        return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());
+    }
+    if knobs.max_vectors_per_lane == 0 || !knobs.units_per_cube.is_power_of_two() {
+        return refuse(format!(
+            "backward knobs {knobs}: max_vectors_per_lane must be at least 1 and units_per_cube \
+             a power of two"
+        ));
+    }
     if channels == 0 {
         return Ok(());
-    }
-    if fast_math && !has_ptx_math(client) {
-        return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());
     }
     let props = client.properties();
     let hw = &props.hardware;
@@ -332,23 +380,13 @@ pub fn launch_backward_with(
     .map(|(h, t)| (h.offset_start.unwrap_or(0), t.size()));
     let vector_size = crate::select::widest_vector(client, x_type.size(), &[channels], &offsets);
     let vecs = channels / vector_size;
-    let has_plane_ops = client
-        .features()
-        .plane
-        .contains(cubecl::ir::features::Plane::Ops);
-    let plane = if has_plane_ops {
-        hw.plane_size_min as usize
-    } else {
-        1
-    };
-    let gpu = plane >= 32;
+    let gpu = is_gpu(client);
+    let plane = if gpu { hw.plane_size_min as usize } else { 1 };
     let max_units = hw.max_units_per_cube as usize;
-    let cap = if gpu {
-        MAX_VECTORS_PER_LANE_GPU
-    } else {
-        MAX_VECTORS_PER_LANE_CPU
-    };
-    let lanes = vecs.div_ceil(cap).next_power_of_two().max(1);
+    let lanes = vecs
+        .div_ceil(knobs.max_vectors_per_lane)
+        .next_power_of_two()
+        .max(1);
     let max_lanes = if gpu { max_units.min(1024) } else { max_units };
     if lanes > max_lanes {
         return refuse(format!(
@@ -362,7 +400,7 @@ pub fn launch_backward_with(
     };
     // A power of two (the dgamma tree over a cube's rows needs one).
     let rows_per_cube = if gpu {
-        (256 / lanes).max(1)
+        (knobs.units_per_cube.min(max_units) / lanes).max(1)
     } else {
         1usize << (max_units / lanes).max(1).ilog2()
     };
@@ -372,7 +410,7 @@ pub fn launch_backward_with(
         vectors_per_lane: vecs.div_ceil(lanes),
         lane_reduce,
         activation,
-        fast_math: fast_math && activation == Activation::Silu,
+        fast_math: knobs.fast_math && activation == Activation::Silu,
     };
     let groups = rows.div_ceil(rows_per_cube).max(1);
     let cubes = match hw.num_streaming_multiprocessors {
