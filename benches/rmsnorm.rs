@@ -443,6 +443,45 @@ fn channels(timer: &mut Timer, args: &Args) {
             }));
             results.push((label, time));
         }
+        // A sweep of the launch shape with the PTX SiLU: position units x channel groups, the
+        // channels of a unit cached (at most 32) or walked twice; best reported.
+        let sweep = channels_sweep(&client, c);
+        let mut best: Option<(ChannelsConfig, f64)> = None;
+        for cfg in &sweep {
+            let launch = || {
+                launch_channels_with(
+                    &client,
+                    x.clone(),
+                    gamma.clone(),
+                    out.clone(),
+                    BF16,
+                    BF16,
+                    problem,
+                    norm,
+                    Activation::Silu,
+                    Some(*cfg),
+                )
+            };
+            if launch().is_err() {
+                continue;
+            }
+            let us = median(&timer.time(2, 20, || launch().expect("launch")));
+            if best.is_none_or(|(_, b)| us < b) {
+                best = Some((*cfg, us));
+            }
+        }
+        if let Some((cfg, us)) = best {
+            println!(
+                "{shape:?} channels-first sweep best of {}: {} {us:9.2} us, x{:.3}",
+                sweep.len(),
+                channels_label(&cfg),
+                us / copy
+            );
+            results.push((
+                format!("channels-first sweep best {}", channels_label(&cfg)),
+                us,
+            ));
+        }
         let rows = Buffers {
             x: x.clone(),
             gamma: gamma.clone(),
@@ -504,8 +543,94 @@ fn channels(timer: &mut Timer, args: &Args) {
             "channels-first backward",
             backward / copy3
         );
+        // The backward over the cached launch shapes of the sweep.
+        let mut best: Option<(ChannelsConfig, f64)> = None;
+        for cfg in sweep.iter().filter(|cfg| cfg.channels_per_unit > 0) {
+            let launch = || {
+                launch_channels_backward(
+                    &client,
+                    x.clone(),
+                    gamma.clone(),
+                    dy.clone(),
+                    out.clone(),
+                    dgamma.clone(),
+                    BF16,
+                    BF16,
+                    b,
+                    c,
+                    positions,
+                    norm,
+                    Activation::Silu,
+                    Some(*cfg),
+                )
+            };
+            if launch().is_err() {
+                continue;
+            }
+            let us = median(&timer.time(2, 20, || launch().expect("launch")));
+            if best.is_none_or(|(_, b)| us < b) {
+                best = Some((*cfg, us));
+            }
+        }
+        if let Some((cfg, us)) = best {
+            writeln!(
+                csv,
+                "{shape:?},channels-first backward sweep best {},{us:.2},{copy3:.2},{:.3},{:.1}",
+                channels_label(&cfg),
+                us / copy3,
+                (n * 6) as f64 / us / 1e3
+            )
+            .unwrap();
+            println!(
+                "{shape:?} channels-first backward sweep best: {} {us:9.2} us, x{:.3}",
+                channels_label(&cfg),
+                us / copy3
+            );
+        }
     }
     write_file(args, "channels.csv", &csv.replace(", ", "x"));
+}
+
+/// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
+/// where the device has it): 32..256 position units x 1..16 channel groups (at most 256 units),
+/// each with the unit's channels cached in registers (when at most 32) or walked twice.
+fn channels_sweep(
+    client: &Client,
+    channels: usize,
+) -> Vec<burn_rmsnorm_silu::kernels::channels::ChannelsConfig> {
+    use burn_rmsnorm_silu::kernels::channels::ChannelsConfig;
+    let fast_math = burn_rmsnorm_silu::kernels::forward::has_ptx_math(client);
+    let mut out = Vec::new();
+    for px in [32u32, 64, 128, 256] {
+        for groups in [1u32, 2, 4, 8, 16] {
+            if px * groups > 256 {
+                continue;
+            }
+            let per_unit = channels.div_ceil(groups as usize);
+            let cached = [per_unit, 0];
+            for channels_per_unit in cached.into_iter().filter(|&k| k <= 32) {
+                out.push(ChannelsConfig {
+                    position_units: px,
+                    channel_groups: groups,
+                    channels_per_unit,
+                    activation: Activation::Silu,
+                    fast_math,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `p128.g4.k24.fast`: position units, channel groups, channels cached per unit (0: walked).
+fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::ChannelsConfig) -> String {
+    format!(
+        "p{}.g{}.k{}{}",
+        cfg.position_units,
+        cfg.channel_groups,
+        cfg.channels_per_unit,
+        if cfg.fast_math { ".fast" } else { "" }
+    )
 }
 
 fn write_file(args: &Args, name: &str, text: &str) {

@@ -41,9 +41,9 @@ for step in "${steps[@]}"; do
         tunefp8) (cd gpu && timeout 240 ./bench tune --output fp8 --lut "$out/sm90_fp8.txt" --out "$out") \
                    > "$out/tunefp8.log" 2>&1 ;;
         fallback) (cd gpu && timeout "${FALLBACK_TIMEOUT:-150}" ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
-        channels) (cd gpu && timeout 60 ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
+        channels) (cd gpu && timeout "${CHANNELS_TIMEOUT:-240}" ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
         quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
-        backward) (cd gpu && timeout 120 ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
+        backward) (cd gpu && timeout "${BACKWARD_TIMEOUT:-200}" ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1

@@ -339,3 +339,111 @@ fn every_channels_config_writes_every_element() {
         }
     }
 }
+
+/// Every cached launch shape of the channels-first backward gives the row backward's dx and
+/// dgamma (on the same values laid out as rows), from NaN-poisoned outputs, for C and S that
+/// do not divide the tile; `fast_math` off CUDA is refused.
+#[test]
+fn every_channels_backward_config_matches_the_row_backward() {
+    use crate::kernel_knobs::{cube_device, download, elem, upload};
+    use rmsnorm_silu_kernels::backward::launch_backward;
+    use rmsnorm_silu_kernels::channels::{ChannelsConfig, launch_channels_backward};
+    let device = cube_device();
+    let client = device.client();
+    let mut rng = rng("channels_backward_configs");
+    let norm = NormParams::rms(1e-5);
+    let dtype = DType::F32;
+    let max_units = client.properties().hardware.max_units_per_cube;
+    for (batches, channels, positions) in [(2usize, 3usize, 35usize), (1, 96, 64), (2, 130, 17)] {
+        let n = batches * channels * positions;
+        let x = round_to(&uniform(&mut rng, n, -3.0, 3.0), dtype);
+        let dy = round_to(&uniform(&mut rng, n, -1.0, 1.0), dtype);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 1.5), dtype);
+        // [B, C, S] -> rows [B S, C], and back.
+        let to_rows = |v: &[f64]| {
+            let mut r = vec![0.0; n];
+            for b in 0..batches {
+                for c in 0..channels {
+                    for s in 0..positions {
+                        r[(b * positions + s) * channels + c] =
+                            v[(b * channels + c) * positions + s];
+                    }
+                }
+            }
+            r
+        };
+        let rows = batches * positions;
+        let (want_dx, want_dgamma) = {
+            let xt = upload(&to_rows(&x), vec![rows, channels], dtype, &device);
+            let dyt = upload(&to_rows(&dy), vec![rows, channels], dtype, &device);
+            let gt = upload(&gamma, vec![channels], dtype, &device);
+            let dx = upload(&vec![f64::NAN; n], vec![rows, channels], dtype, &device);
+            let dg = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
+            launch_backward(
+                &client,
+                xt.handle.clone(),
+                gt.handle.clone(),
+                dyt.handle.clone(),
+                dx.handle.clone(),
+                dg.handle.clone(),
+                elem(dtype),
+                elem(dtype),
+                rows,
+                channels,
+                norm,
+                Activation::Silu,
+            )
+            .expect("row backward");
+            (download(dx), download(dg))
+        };
+        let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
+        for (position_units, channel_groups) in
+            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
+        {
+            let cfg = ChannelsConfig {
+                position_units,
+                channel_groups,
+                channels_per_unit: channels.div_ceil(channel_groups as usize),
+                activation: Activation::Silu,
+                fast_math: false,
+            };
+            let shape = vec![batches, channels, positions];
+            let xt = upload(&x, shape.clone(), dtype, &device);
+            let dyt = upload(&dy, shape.clone(), dtype, &device);
+            let gt = upload(&gamma, vec![channels], dtype, &device);
+            let dx = upload(&vec![f64::NAN; n], shape.clone(), dtype, &device);
+            let dg = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
+            let launch = |cfg: ChannelsConfig| {
+                launch_channels_backward(
+                    &client,
+                    xt.handle.clone(),
+                    gt.handle.clone(),
+                    dyt.handle.clone(),
+                    dx.handle.clone(),
+                    dg.handle.clone(),
+                    elem(dtype),
+                    elem(dtype),
+                    batches,
+                    channels,
+                    positions,
+                    norm,
+                    Activation::Silu,
+                    Some(cfg),
+                )
+            };
+            launch(cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            if !on_gpu() {
+                let err = launch(ChannelsConfig {
+                    fast_math: true,
+                    ..cfg
+                })
+                .expect_err("fast_math off CUDA must be refused")
+                .to_string();
+                assert!(err.contains("needs a CUDA device"), "{err}");
+            }
+            let label = format!("{shape:?} {cfg:?}");
+            assert_close(&to_rows(&download(dx)), &want_dx, 1e-5, 1e-4, &label);
+            assert_close(&download(dg), &want_dgamma, 1e-5, 1e-4, &label);
+        }
+    }
+}

@@ -630,6 +630,11 @@ pub fn launch_channels_backward(
             }
         }
     };
+    if cfg.fast_math && !has_ptx_math(client) {
+        return refuse(
+            "channels backward: fast_math uses PTX instructions and needs a CUDA device".into(),
+        );
+    }
     let units = cfg.position_units * cfg.channel_groups;
     if !cfg.position_units.is_power_of_two()
         || !cfg.channel_groups.is_power_of_two()
