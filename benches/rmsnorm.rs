@@ -424,52 +424,31 @@ fn channels(timer: &mut Timer, args: &Args) {
                 variants.push((label, Some(ChannelsConfig { fast_math, ..cfg })));
             }
         }
+        let launch_forward = |cfg: Option<ChannelsConfig>| {
+            launch_channels_with(
+                &client,
+                x.clone(),
+                gamma.clone(),
+                out.clone(),
+                BF16,
+                BF16,
+                problem,
+                norm,
+                Activation::Silu,
+                cfg,
+            )
+        };
         let mut results = Vec::new();
         for (label, cfg) in variants {
-            let time = median(&timer.time(2, 50, || {
-                launch_channels_with(
-                    &client,
-                    x.clone(),
-                    gamma.clone(),
-                    out.clone(),
-                    BF16,
-                    BF16,
-                    problem,
-                    norm,
-                    Activation::Silu,
-                    cfg,
-                )
-                .expect("launch")
-            }));
+            let time = median(&timer.time(2, 50, || launch_forward(cfg).expect("channels launch")));
             results.push((label, time));
         }
         // A sweep of the launch shape with the PTX SiLU: position units x channel groups, the
         // channels of a unit cached (at most 32) or walked twice; best reported.
         let sweep = channels_sweep(&client, c);
-        let mut best: Option<(ChannelsConfig, f64)> = None;
-        for cfg in &sweep {
-            let launch = || {
-                launch_channels_with(
-                    &client,
-                    x.clone(),
-                    gamma.clone(),
-                    out.clone(),
-                    BF16,
-                    BF16,
-                    problem,
-                    norm,
-                    Activation::Silu,
-                    Some(*cfg),
-                )
-            };
-            if launch().is_err() {
-                continue;
-            }
-            let us = median(&timer.time(2, 20, || launch().expect("launch")));
-            if best.is_none_or(|(_, b)| us < b) {
-                best = Some((*cfg, us));
-            }
-        }
+        let best = fastest(timer, sweep.iter().copied(), 20, |cfg| {
+            launch_forward(Some(cfg))
+        });
         if let Some((cfg, us)) = best {
             println!(
                 "{shape:?} channels-first sweep best of {}: {} {us:9.2} us, x{:.3}",
@@ -512,7 +491,7 @@ fn channels(timer: &mut Timer, args: &Args) {
         let dgamma = client.empty(c * 2);
         let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
         let copy3 = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
-        let backward = median(&timer.time(2, 50, || {
+        let launch_backward = |cfg: Option<ChannelsConfig>| {
             launch_channels_backward(
                 &client,
                 x.clone(),
@@ -527,9 +506,11 @@ fn channels(timer: &mut Timer, args: &Args) {
                 positions,
                 norm,
                 Activation::Silu,
-                None,
+                cfg,
             )
-            .expect("launch")
+        };
+        let backward = median(&timer.time(2, 50, || {
+            launch_backward(None).expect("channels backward launch")
         }));
         writeln!(
             csv,
@@ -544,34 +525,11 @@ fn channels(timer: &mut Timer, args: &Args) {
             backward / copy3
         );
         // The backward over the cached launch shapes of the sweep.
-        let mut best: Option<(ChannelsConfig, f64)> = None;
-        for cfg in sweep.iter().filter(|cfg| cfg.channels_per_unit > 0) {
-            let launch = || {
-                launch_channels_backward(
-                    &client,
-                    x.clone(),
-                    gamma.clone(),
-                    dy.clone(),
-                    out.clone(),
-                    dgamma.clone(),
-                    BF16,
-                    BF16,
-                    b,
-                    c,
-                    positions,
-                    norm,
-                    Activation::Silu,
-                    Some(*cfg),
-                )
-            };
-            if launch().is_err() {
-                continue;
-            }
-            let us = median(&timer.time(2, 20, || launch().expect("launch")));
-            if best.is_none_or(|(_, b)| us < b) {
-                best = Some((*cfg, us));
-            }
-        }
+        let cached = sweep
+            .iter()
+            .copied()
+            .filter(|cfg| cfg.channels_per_unit > 0);
+        let best = fastest(timer, cached, 20, |cfg| launch_backward(Some(cfg)));
         if let Some((cfg, us)) = best {
             writeln!(
                 csv,
@@ -589,6 +547,29 @@ fn channels(timer: &mut Timer, args: &Args) {
         }
     }
     write_file(args, "channels.csv", &csv.replace(", ", "x"));
+}
+
+/// The fastest of `candidates` (median of `runs` launches each) and its time; the ones the
+/// device refuses (`launch` returns an error) are skipped.
+fn fastest<K: Copy, E>(
+    timer: &Timer,
+    candidates: impl IntoIterator<Item = K>,
+    runs: usize,
+    launch: impl Fn(K) -> Result<(), E>,
+) -> Option<(K, f64)> {
+    let mut best: Option<(K, f64)> = None;
+    for k in candidates {
+        if launch(k).is_err() {
+            continue;
+        }
+        let us = median(&timer.time(2, runs, || {
+            let _ = launch(k);
+        }));
+        if best.is_none_or(|(_, b)| us < b) {
+            best = Some((k, us));
+        }
+    }
+    best
 }
 
 /// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
@@ -758,50 +739,41 @@ fn backward(timer: &mut Timer, args: &Args) {
             let dgamma = client.empty(c * 2);
             let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
             let copy = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
-            let time = |knobs: BackwardKnobs, runs: usize| {
-                let launch = || {
-                    launch_backward_with(
-                        &client,
-                        x.clone(),
-                        gamma.clone(),
-                        dy.clone(),
-                        dx.clone(),
-                        dgamma.clone(),
-                        BF16,
-                        BF16,
-                        t,
-                        c,
-                        NormParams::rms(1e-6 / c as f32),
-                        Activation::Silu,
-                        knobs,
-                    )
-                };
-                // A knob set the device refuses (too many lanes for C) is skipped.
-                launch().ok()?;
-                Some(median(&timer.time(2, runs, || launch().expect("launch"))))
+            let launch = |knobs: BackwardKnobs| {
+                launch_backward_with(
+                    &client,
+                    x.clone(),
+                    gamma.clone(),
+                    dy.clone(),
+                    dx.clone(),
+                    dgamma.clone(),
+                    BF16,
+                    BF16,
+                    t,
+                    c,
+                    NormParams::rms(1e-6 / c as f32),
+                    Activation::Silu,
+                    knobs,
+                )
             };
-            let kernel = time(default, 50).expect("default backward knobs launch");
-            let ieee = time(
-                BackwardKnobs {
-                    fast_math: false,
+            let time = |knobs: BackwardKnobs| {
+                median(&timer.time(2, 50, || launch(knobs).expect("backward launch")))
+            };
+            let kernel = time(default);
+            let ieee = time(BackwardKnobs {
+                fast_math: false,
+                ..default
+            });
+            let sweep = [1usize, 2, 4, 8].into_iter().flat_map(|cap| {
+                [128usize, 256].map(|units| BackwardKnobs {
+                    max_vectors_per_lane: cap,
+                    units_per_cube: units,
                     ..default
-                },
-                50,
-            )
-            .expect("IEEE backward launch");
-            let mut best = (default, kernel);
-            for cap in [1usize, 2, 4, 8] {
-                for units in [128usize, 256] {
-                    let knobs = BackwardKnobs {
-                        max_vectors_per_lane: cap,
-                        units_per_cube: units,
-                        ..default
-                    };
-                    if let Some(us) = time(knobs, 20).filter(|&us| us < best.1) {
-                        best = (knobs, us);
-                    }
-                }
-            }
+                })
+            });
+            let best = fastest(timer, sweep, 20, launch)
+                .filter(|&(_, us)| us < kernel)
+                .unwrap_or((default, kernel));
             let gbps = (n * 6 + c * 4) as f64 / kernel / 1e3;
             writeln!(
                 csv,
