@@ -540,8 +540,22 @@ fn kernel_codecs_match_the_host_at_every_code_and_midpoint() {
         f32::INFINITY,
         f32::NEG_INFINITY,
         f32::NAN,
+        -f32::NAN,
         1e-40,
+        -0.0,
+        f32::MAX,
+        f32::MIN_POSITIVE,
     ]);
+    // Fresh values: the E2M1 range with a random sign (the encoder works on the float's bits,
+    // so every exponent and mantissa pattern there matters), and random bit patterns (every
+    // exponent, NaN payloads, subnormals).
+    let mut rng = rng("codec probe");
+    for v in uniform(&mut rng, 4096, -8.0, 8.0) {
+        values.push(v as f32);
+    }
+    for _ in 0..4096 {
+        values.push(f32::from_bits(rand::Rng::random::<u32>(&mut rng)));
+    }
     let n = values.len();
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let vals = client.create_from_slice(&bytes);
