@@ -19,7 +19,7 @@ chmod +x gpu/tests gpu/bench 2>/dev/null
 # cubecl's environment (compiled kernels and autotune results, one database) in gpu/ for every
 # binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
 # can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
-printf '[compilation]\ncache = true\n\n[environment]\npath = "local"\n' > gpu/cubecl.toml
+cp scripts/cubecl.toml gpu/cubecl.toml
 [ -f gpu/env.tgz ] && tar xzf gpu/env.tgz -C gpu && echo "cubecl environment restored: $(du -sh gpu/default.db* | tr '\n' ' ')"
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")

@@ -35,7 +35,7 @@ only=(--kernel-name kns=rms_norm)
 # Run from gpu/, where cubecl.toml turns on cubecl's compilation cache (kept in gpu/, as
 # scripts/gpu-session.sh keeps it): the first run pays for NVRTC, the others reuse its PTX (the
 # test binary JIT-compiles a few hundred configs).
-printf '[compilation]\ncache = true\n\n[environment]\npath = "local"\n' > gpu/cubecl.toml
+cp scripts/cubecl.toml gpu/cubecl.toml
 cd gpu
 case "$out" in /*) ;; *) out="../$out" ;; esac
 # initcheck tracks which bytes were written only through instrumented kernels and copies, so

@@ -4,6 +4,7 @@
 //! row, many cubes, both norms and activations; dgamma is bitwise deterministic.
 
 use burn::tensor::DType;
+use burn_cubecl::{CubeDevice, tensor::CubeTensor};
 use rmsnorm_silu_kernels::backward::{BackwardKnobs, launch_backward, launch_backward_with};
 use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
@@ -31,6 +32,41 @@ fn fused_gradients(
         .unwrap_or_else(|e| panic!("C={channels}: {e}"))
 }
 
+/// A backward launch's buffers on the device: x and dy of `shape` (dy = `w`), gamma `[C]`,
+/// and NaN-poisoned dx (of `shape`) and dgamma.
+pub struct GradientBuffers {
+    pub x: CubeTensor,
+    pub gamma: CubeTensor,
+    pub dy: CubeTensor,
+    pub dx: CubeTensor,
+    pub dgamma: CubeTensor,
+}
+
+impl GradientBuffers {
+    pub fn upload(
+        x: &[f64],
+        gamma: &[f64],
+        w: &[f64],
+        shape: Vec<usize>,
+        dtype: DType,
+        device: &CubeDevice,
+    ) -> Self {
+        let channels = gamma.len();
+        Self {
+            x: upload(x, shape.clone(), dtype, device),
+            gamma: upload(gamma, vec![channels], dtype, device),
+            dy: upload(w, shape.clone(), dtype, device),
+            dx: upload(&vec![f64::NAN; x.len()], shape, dtype, device),
+            dgamma: upload(&vec![f64::NAN; channels], vec![channels], dtype, device),
+        }
+    }
+
+    /// (dx, dgamma) as written by the kernel.
+    pub fn gradients(self) -> (Vec<f64>, Vec<f64>) {
+        (download(self.dx), download(self.dgamma))
+    }
+}
+
 /// [`fused_gradients`] with given knobs; the launch's refusal as an error.
 #[allow(clippy::too_many_arguments)]
 fn fused_gradients_with(
@@ -44,24 +80,14 @@ fn fused_gradients_with(
     activation: Activation,
     knobs: BackwardKnobs,
 ) -> Result<(Vec<f64>, Vec<f64>), String> {
-    let device = cube_device();
-    let xt = upload(x, vec![rows, channels], dtype, &device);
-    let gt = upload(gamma, vec![channels], dtype, &device);
-    let dyt = upload(w, vec![rows, channels], dtype, &device);
-    let dx = upload(
-        &vec![f64::NAN; rows * channels],
-        vec![rows, channels],
-        dtype,
-        &device,
-    );
-    let dgamma = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
+    let b = GradientBuffers::upload(x, gamma, w, vec![rows, channels], dtype, &cube_device());
     launch_backward_with(
-        &xt.client,
-        xt.handle.clone(),
-        gt.handle.clone(),
-        dyt.handle.clone(),
-        dx.handle.clone(),
-        dgamma.handle.clone(),
+        &b.x.client,
+        b.x.handle.clone(),
+        b.gamma.handle.clone(),
+        b.dy.handle.clone(),
+        b.dx.handle.clone(),
+        b.dgamma.handle.clone(),
         elem(dtype),
         elem(dtype),
         rows,
@@ -71,7 +97,7 @@ fn fused_gradients_with(
         knobs,
     )
     .map_err(|e| e.to_string())?;
-    Ok((download(dx), download(dgamma)))
+    Ok(b.gradients())
 }
 
 /// Central differences of `L = sum(w * y)` in f64 through the host reference.

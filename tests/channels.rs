@@ -345,7 +345,8 @@ fn every_channels_config_writes_every_element() {
 /// do not divide the tile; `fast_math` off CUDA is refused.
 #[test]
 fn every_channels_backward_config_matches_the_row_backward() {
-    use crate::kernel_knobs::{cube_device, download, elem, upload};
+    use crate::backward::GradientBuffers;
+    use crate::kernel_knobs::{cube_device, elem};
     use rmsnorm_silu_kernels::backward::launch_backward;
     use rmsnorm_silu_kernels::channels::{ChannelsConfig, launch_channels_backward};
     let device = cube_device();
@@ -374,18 +375,16 @@ fn every_channels_backward_config_matches_the_row_backward() {
         };
         let rows = batches * positions;
         let (want_dx, want_dgamma) = {
-            let xt = upload(&to_rows(&x), vec![rows, channels], dtype, &device);
-            let dyt = upload(&to_rows(&dy), vec![rows, channels], dtype, &device);
-            let gt = upload(&gamma, vec![channels], dtype, &device);
-            let dx = upload(&vec![f64::NAN; n], vec![rows, channels], dtype, &device);
-            let dg = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
+            let shape = vec![rows, channels];
+            let b =
+                GradientBuffers::upload(&to_rows(&x), &gamma, &to_rows(&dy), shape, dtype, &device);
             launch_backward(
                 &client,
-                xt.handle.clone(),
-                gt.handle.clone(),
-                dyt.handle.clone(),
-                dx.handle.clone(),
-                dg.handle.clone(),
+                b.x.handle.clone(),
+                b.gamma.handle.clone(),
+                b.dy.handle.clone(),
+                b.dx.handle.clone(),
+                b.dgamma.handle.clone(),
                 elem(dtype),
                 elem(dtype),
                 rows,
@@ -394,7 +393,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 Activation::Silu,
             )
             .expect("row backward");
-            (download(dx), download(dg))
+            b.gradients()
         };
         let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
         for (position_units, channel_groups) in
@@ -408,19 +407,15 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 fast_math: false,
             };
             let shape = vec![batches, channels, positions];
-            let xt = upload(&x, shape.clone(), dtype, &device);
-            let dyt = upload(&dy, shape.clone(), dtype, &device);
-            let gt = upload(&gamma, vec![channels], dtype, &device);
-            let dx = upload(&vec![f64::NAN; n], shape.clone(), dtype, &device);
-            let dg = upload(&vec![f64::NAN; channels], vec![channels], dtype, &device);
+            let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
             let launch = |cfg: ChannelsConfig| {
                 launch_channels_backward(
                     &client,
-                    xt.handle.clone(),
-                    gt.handle.clone(),
-                    dyt.handle.clone(),
-                    dx.handle.clone(),
-                    dg.handle.clone(),
+                    b.x.handle.clone(),
+                    b.gamma.handle.clone(),
+                    b.dy.handle.clone(),
+                    b.dx.handle.clone(),
+                    b.dgamma.handle.clone(),
                     elem(dtype),
                     elem(dtype),
                     batches,
@@ -442,8 +437,9 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 assert!(err.contains("needs a CUDA device"), "{err}");
             }
             let label = format!("{shape:?} {cfg:?}");
-            assert_close(&to_rows(&download(dx)), &want_dx, 1e-5, 1e-4, &label);
-            assert_close(&download(dg), &want_dgamma, 1e-5, 1e-4, &label);
+            let (dx, dgamma) = b.gradients();
+            assert_close(&to_rows(&dx), &want_dx, 1e-5, 1e-4, &label);
+            assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
         }
     }
 }

@@ -22,7 +22,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, tree_sum};
+use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, tree_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
 
@@ -291,15 +291,6 @@ impl core::fmt::Display for BackwardKnobs {
             if self.fast_math { ".fast" } else { "" }
         )
     }
-}
-
-/// A GPU for the launch shapes: plane ops and planes of at least 32 units.
-fn is_gpu(client: &Client) -> bool {
-    let has_plane_ops = client
-        .features()
-        .plane
-        .contains(cubecl::ir::features::Plane::Ops);
-    has_plane_ops && client.properties().hardware.plane_size_min >= 32
 }
 
 /// Launches the backward on dense `[rows, C]` tensors: `x`, `dy` and `dx` of `x_type`, `gamma`

@@ -15,7 +15,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, activate, has_ptx_math, tree_sum};
+use crate::forward::{ForwardError, activate, has_ptx_math, is_gpu, tree_sum};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -419,11 +419,7 @@ struct ChannelsLimits {
 impl ChannelsLimits {
     fn of(client: &Client) -> Self {
         let hw = &client.properties().hardware;
-        let gpu = client
-            .features()
-            .plane
-            .contains(cubecl::ir::features::Plane::Ops)
-            && hw.plane_size_min >= 32;
+        let gpu = is_gpu(client);
         let (cap, max_units) = if gpu { (16, 256) } else { (64, 64) };
         Self {
             gpu,

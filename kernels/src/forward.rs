@@ -258,6 +258,16 @@ pub fn has_ptx_math(client: &Client) -> bool {
     client.properties().identity.fingerprint.starts_with("ptx_")
 }
 
+/// A GPU for the launch shapes of the kernels without knobs: plane ops and planes of at least
+/// 32 units (the CPU runtime has neither).
+pub(crate) fn is_gpu(client: &Client) -> bool {
+    let has_plane_ops = client
+        .features()
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops);
+    has_plane_ops && client.properties().hardware.plane_size_min >= 32
+}
+
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
 pub(crate) fn ptx_ex2_approx(x: f32) -> f32 {
