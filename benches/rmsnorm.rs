@@ -961,8 +961,9 @@ fn main() {
     let args = args();
     let device = match args.device.as_str() {
         "cuda" => Device::cuda(0),
+        #[cfg(feature = "cpu")]
         "cpu" => Device::cpu(),
-        other => panic!("--device must be cuda or cpu, got {other}"),
+        other => panic!("--device must be cuda or cpu (with the `cpu` feature), got {other}"),
     };
     let DispatchDevice::Cube(cube) = device.as_dispatch() else {
         panic!("benchmarks need a CubeCL device");

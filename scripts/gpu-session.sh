@@ -20,6 +20,19 @@ chmod +x gpu/tests gpu/bench 2>/dev/null
 # binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
 # can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
 cp scripts/cubecl.toml gpu/cubecl.toml
+# CUBECL_LOG=1: cubecl's own account of what takes the time (every autotune candidate and its
+# timing, every kernel compiled) in $out/autotune.log and $out/compile.log.
+if [ "${CUBECL_LOG:-0}" = 1 ]; then cat >> gpu/cubecl.toml <<TOML
+
+[autotune.logger]
+file = "$out/autotune.log"
+level = "full"
+
+[compilation.logger]
+file = "$out/compile.log"
+level = "basic"
+TOML
+fi
 [ -f gpu/env.tgz ] && tar xzf gpu/env.tgz -C gpu && echo "cubecl environment restored: $(du -sh gpu/default.db* | tr '\n' ' ')"
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
@@ -51,7 +64,7 @@ for step in "${steps[@]}"; do
         wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
              for v in ${WANFIX_MODELS:-wan21_small wan22_small}; do for dt in ${WANFIX_DTYPES:-f32 bf16}; do
                  (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
-                     --latent fixtures/$v/io.safetensors --dtype $dt --no-write --device cuda) \
+                     --latent fixtures/$v/io.safetensors --dtype $dt --no-write --no-check --no-norm-time --device cuda) \
                      > "$out/wanfix-$v-$dt.log" 2>&1
                  echo "$v $dt: $(grep -hE 'reference|check:' "$out/wanfix-$v-$dt.log" | tr '\n' ' ')"
              done; done ;;
@@ -61,11 +74,17 @@ for step in "${steps[@]}"; do
              # Wan steps autotune at the minimal level unless WAN_AUTOTUNE says otherwise.
              # WAN_MODES="fused" runs one mode; WAN_CONV=matmul (read by the binary) swaps the
              # convolutions for matmuls; WAN_TRACE=1 times every convolution.
+             # WAN_BUDGET=S: the modes share S seconds (each still at most WAN_TIMEOUT), so a
+             # warm-up call gives the first mode what it needs and the next one the rest.
+             wan_end=$(( $(date +%s) + ${WAN_BUDGET:-100000} ))
              for mode in ${WAN_MODES:-fused unfused}; do
                  extra=(); [ $mode = unfused ] && extra=(--unfused)
+                 left=$(( wan_end - $(date +%s) )); limit=${WAN_TIMEOUT:-280}
+                 [ $left -lt $limit ] && limit=$left
+                 [ $limit -lt 10 ] && { echo "wan $mode: no time left"; continue; }
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
                      > "$out/wan-$mode-mem.txt" 2>/dev/null & smi=$!
-                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WAN_TIMEOUT:-280}" ./wan --size full --frames 3 --height 60 --width 104 \
+                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "$limit" ./wan --size full --frames 3 --height 60 --width 104 \
                      --dtype bf16 --no-check --no-write --device cuda ${extra[@]+"${extra[@]}"} \
                      --out "$out/wan-$mode") > "$out/wan-$mode.log" 2>&1
                  kill $smi 2>/dev/null

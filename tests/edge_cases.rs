@@ -129,8 +129,17 @@ fn bitwise_deterministic_over_100_runs() {
 /// table are the only shared state.
 #[test]
 fn concurrent_calls_from_threads_and_devices() {
-    let second = if on_gpu() {
+    // The CUDA-only build (scripts/gpu-pack.sh) pairs CUDA with Flex instead.
+    #[cfg(feature = "cpu")]
+    fn cpu_runtime() -> Device {
         Device::cpu()
+    }
+    #[cfg(not(feature = "cpu"))]
+    fn cpu_runtime() -> Device {
+        unreachable!()
+    }
+    let second = if on_gpu() && cfg!(feature = "cpu") {
+        cpu_runtime()
     } else {
         Device::flex()
     };

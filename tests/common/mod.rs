@@ -12,7 +12,13 @@ use rmsnorm_silu_kernels::{Activation, NormParams};
 pub fn device() -> Device {
     match std::env::var("RMSNORM_TEST_DEVICE").as_deref() {
         Ok("cuda") => Device::cuda(0),
+        #[cfg(feature = "cpu")]
         Ok("cpu") | Err(_) => Device::cpu(),
+        // The CUDA-only build that travels to the GPU machine (scripts/gpu-pack.sh).
+        #[cfg(not(feature = "cpu"))]
+        Ok("cpu") | Err(_) => {
+            panic!("built without the `cpu` feature: set RMSNORM_TEST_DEVICE=cuda")
+        }
         Ok(other) => panic!("RMSNORM_TEST_DEVICE must be `cpu` or `cuda`, got {other}"),
     }
 }
