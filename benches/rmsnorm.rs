@@ -411,7 +411,6 @@ fn channels(timer: &mut Timer, args: &Args) {
             channels_per_unit: 0,
             activation: Activation::Silu,
             fast_math: false,
-            groups_in_plane: false,
         };
         let tiled = tiled_channels_config(&client, c, b * positions / 8, Activation::Silu);
         let mut variants: Vec<(String, Option<ChannelsConfig>)> =
@@ -575,8 +574,7 @@ fn fastest<K: Copy, E>(
 
 /// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
 /// where the device has it): 32..256 position units x 1..16 channel groups (at most 256 units),
-/// each with the unit's channels cached in registers (when at most 32) or walked twice, and
-/// the groups adding their sums in shared memory or (on a GPU) in plane shuffles.
+/// each with the unit's channels cached in registers (when at most 32) or walked twice.
 fn channels_sweep(
     client: &Client,
     channels: usize,
@@ -592,34 +590,26 @@ fn channels_sweep(
             let per_unit = channels.div_ceil(groups as usize);
             let cached = [per_unit, 0];
             for channels_per_unit in cached.into_iter().filter(|&k| k <= 32) {
-                for groups_in_plane in [false, true] {
-                    if groups_in_plane && groups == 1 {
-                        continue;
-                    }
-                    out.push(ChannelsConfig {
-                        position_units: px,
-                        channel_groups: groups,
-                        channels_per_unit,
-                        activation: Activation::Silu,
-                        fast_math,
-                        groups_in_plane,
-                    });
-                }
+                out.push(ChannelsConfig {
+                    position_units: px,
+                    channel_groups: groups,
+                    channels_per_unit,
+                    activation: Activation::Silu,
+                    fast_math,
+                });
             }
         }
     }
     out
 }
 
-/// `p128.g4.k24.plane.fast`: position units, channel groups, channels cached per unit (0:
-/// walked), groups summed in plane shuffles, PTX SiLU.
+/// `p128.g4.k24.fast`: position units, channel groups, channels cached per unit (0: walked).
 fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::ChannelsConfig) -> String {
     format!(
-        "p{}.g{}.k{}{}{}",
+        "p{}.g{}.k{}{}",
         cfg.position_units,
         cfg.channel_groups,
         cfg.channels_per_unit,
-        if cfg.groups_in_plane { ".plane" } else { "" },
         if cfg.fast_math { ".fast" } else { "" }
     )
 }

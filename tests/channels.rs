@@ -299,17 +299,9 @@ fn every_channels_config_writes_every_element() {
         let shape = [batches, channels, positions];
         let want = reference_dim(&x, &shape, 1, &gamma, norm, Activation::Silu);
         let max_units = device.client().properties().hardware.max_units_per_cube;
-        let shapes = [
-            (1u32, 1u32),
-            (2, 1),
-            (1, 2),
-            (4, 2),
-            (2, 8),
-            (8, 4),
-            (16, 32),
-        ];
-        for (position_units, channel_groups, groups_in_plane) in
-            channels_launch_shapes(&shapes, max_units)
+        let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
+        for (position_units, channel_groups) in
+            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
         {
             let cached = channels.div_ceil(channel_groups as usize);
             for channels_per_unit in [0, cached] {
@@ -319,7 +311,6 @@ fn every_channels_config_writes_every_element() {
                     channels_per_unit,
                     activation: Activation::Silu,
                     fast_math: false,
-                    groups_in_plane,
                 };
                 let xt = upload(&x, shape.to_vec(), dtype, &device);
                 let gt = upload(&gamma, vec![channels], dtype, &device);
@@ -404,17 +395,9 @@ fn every_channels_backward_config_matches_the_row_backward() {
             .expect("row backward");
             b.gradients()
         };
-        let shapes = [
-            (1u32, 1u32),
-            (2, 1),
-            (1, 2),
-            (4, 2),
-            (2, 8),
-            (8, 4),
-            (16, 32),
-        ];
-        for (position_units, channel_groups, groups_in_plane) in
-            channels_launch_shapes(&shapes, max_units)
+        let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
+        for (position_units, channel_groups) in
+            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
         {
             let cfg = ChannelsConfig {
                 position_units,
@@ -422,7 +405,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 channels_per_unit: channels.div_ceil(channel_groups as usize),
                 activation: Activation::Silu,
                 fast_math: false,
-                groups_in_plane,
             };
             let shape = vec![batches, channels, positions];
             let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
@@ -460,96 +442,4 @@ fn every_channels_backward_config_matches_the_row_backward() {
             assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
         }
     }
-}
-
-/// The (position units, channel groups) launch shapes that fit `max_units`, each with the
-/// groups summed in shared memory and, where there are several groups and the device has
-/// plane shuffles over them, in plane shuffles.
-fn channels_launch_shapes(shapes: &[(u32, u32)], max_units: u32) -> Vec<(u32, u32, bool)> {
-    let client = crate::kernel_knobs::cube_device().client();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(burn_cubecl::cubecl::ir::features::Plane::Ops);
-    let plane = client.properties().hardware.plane_size_min;
-    let mut out = Vec::new();
-    for &(p, g) in shapes.iter().filter(|(p, g)| p * g <= max_units) {
-        out.push((p, g, false));
-        if g > 1 && plane_ops && g <= plane {
-            out.push((p, g, true));
-        }
-    }
-    out
-}
-
-/// `groups_in_plane` where the device has no plane shuffles over the groups is refused with
-/// a reason, forward and backward.
-#[test]
-fn groups_in_plane_needs_plane_shuffles() {
-    use crate::kernel_knobs::{cube_device, elem, upload};
-    use rmsnorm_silu_kernels::channels::{
-        ChannelsConfig, ChannelsProblem, launch_channels_backward, launch_channels_with,
-    };
-    let device = cube_device();
-    let client = device.client();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(burn_cubecl::cubecl::ir::features::Plane::Ops);
-    let plane = client.properties().hardware.plane_size_min;
-    // More groups than a plane has: refused everywhere.
-    let groups = if plane_ops { plane * 2 } else { 2 };
-    let cfg = ChannelsConfig {
-        position_units: 1,
-        channel_groups: groups,
-        channels_per_unit: 1,
-        activation: Activation::Silu,
-        fast_math: false,
-        groups_in_plane: true,
-    };
-    let channels = groups as usize;
-    let dtype = DType::F32;
-    let t = |n: usize| upload(&vec![1.0; n], vec![n], dtype, &device);
-    let (x, g, out) = (t(channels * 4), t(channels), t(channels * 4));
-    let err = launch_channels_with(
-        &client,
-        x.handle.clone(),
-        g.handle.clone(),
-        out.handle.clone(),
-        elem(dtype),
-        elem(dtype),
-        ChannelsProblem::dense(1, channels, 4),
-        NormParams::rms(1e-6),
-        Activation::Silu,
-        Some(cfg),
-    )
-    .expect_err("groups_in_plane beyond the plane must be refused")
-    .to_string();
-    assert!(
-        err.contains("groups_in_plane needs plane operations"),
-        "{err}"
-    );
-    let dg = t(channels);
-    let err = launch_channels_backward(
-        &client,
-        x.handle.clone(),
-        g.handle.clone(),
-        x.handle.clone(),
-        out.handle.clone(),
-        dg.handle.clone(),
-        elem(dtype),
-        elem(dtype),
-        1,
-        channels,
-        4,
-        NormParams::rms(1e-6),
-        Activation::Silu,
-        Some(cfg),
-    )
-    .expect_err("groups_in_plane beyond the plane must be refused")
-    .to_string();
-    assert!(
-        err.contains("groups_in_plane needs plane operations"),
-        "{err}"
-    );
 }

@@ -2,9 +2,6 @@
 //! without a GPU (to read what the compiler will see: vector widths, the math, the loops).
 //!
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
-//!
-//! The channels-first forward: `... -- channels POSITION_UNITS CHANNEL_GROUPS CACHED [plane]`
-//! (bf16, 8-wide position vectors, PTX SiLU).
 
 use std::sync::Arc;
 
@@ -52,9 +49,6 @@ fn properties() -> Arc<DeviceProperties> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "channels") {
-        return channels_source(&args[1..]);
-    }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
         .unwrap_or_else(|e| panic!("{e}"));
     let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
@@ -94,51 +88,6 @@ fn main() {
                 bf16
             },
         ],
-    );
-    let source = CppCompiler::<Cuda>::default()
-        .compile(kernel.define(), &CompilationOptions::default())
-        .expect("compile")
-        .source;
-    println!("{source}");
-}
-
-/// The channels-first forward kernel for `position_units channel_groups channels_per_unit
-/// [plane]`.
-fn channels_source(args: &[String]) {
-    use rmsnorm_silu_kernels::channels::{ChannelsConfig, rms_norm_channels};
-    let num =
-        |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().expect("number"));
-    let cfg = ChannelsConfig {
-        position_units: num(0, 32) as u32,
-        channel_groups: num(1, 8) as u32,
-        channels_per_unit: num(2, 12),
-        activation: Activation::Silu,
-        fast_math: true,
-        groups_in_plane: args.get(3).is_some_and(|a| a == "plane"),
-    };
-    let settings = KernelSettings::new(*cfg.cube_dim(), ExecutionMode::Unchecked, AddressType::U32);
-    let bf16 = ElemType::Float(FloatKind::BF16);
-    let kernel = rms_norm_channels::RmsNormChannels::new(
-        settings,
-        properties(),
-        Arc::new(TargetProperties::default()),
-        BufferCompilationArg { inplace: None },
-        BufferCompilationArg { inplace: None },
-        BufferCompilationArg { inplace: None },
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        (),
-        8,
-        cfg,
-        [bf16, bf16],
     );
     let source = CppCompiler::<Cuda>::default()
         .compile(kernel.define(), &CompilationOptions::default())

@@ -53,54 +53,14 @@ impl ChannelsProblem {
 pub struct ChannelsConfig {
     /// Units along the positions (each one vector of `N` positions).
     pub position_units: u32,
-    /// Units along C (a power of two); their partial sums meet in a shared-memory tree, or in
-    /// plane shuffles with `groups_in_plane`.
+    /// Units along C (a power of two); their partial sums meet in a shared-memory tree.
     pub channel_groups: u32,
-    /// Lay the cube out with the channel groups of a position in consecutive units, so that
-    /// they share a plane and add their sums with plane shuffles: no cube barrier per tile
-    /// (GPU only; `channel_groups` at most the plane size).
-    pub groups_in_plane: bool,
     /// Channels each unit keeps in registers (x read once); 0 walks C twice from memory.
     pub channels_per_unit: usize,
     pub activation: Activation,
     /// PTX SiLU and SiLU' (CUDA only), as the row kernel's `fast_math` knob; the heuristics
     /// take it on CUDA (`cargo bench --bench rmsnorm -- channels` times both).
     pub fast_math: bool,
-}
-
-impl ChannelsConfig {
-    /// The cube: `position_units x channel_groups`, or the transpose with `groups_in_plane`.
-    pub fn cube_dim(&self) -> CubeDim {
-        if self.groups_in_plane {
-            CubeDim::new_2d(self.channel_groups, self.position_units)
-        } else {
-            CubeDim::new_2d(self.position_units, self.channel_groups)
-        }
-    }
-
-    /// Why this device cannot run the configuration's reductions and math, if it cannot:
-    /// `groups_in_plane` needs plane shuffles over at least `channel_groups` units, and
-    /// `fast_math` a CUDA device.
-    fn unsupported(&self, client: &Client) -> Option<String> {
-        let plane_ops = client
-            .features()
-            .plane
-            .contains(cubecl::ir::features::Plane::Ops);
-        let plane = client.properties().hardware.plane_size_min;
-        if self.groups_in_plane && (!plane_ops || self.channel_groups > plane) {
-            return Some(format!(
-                "channels config {self:?}: groups_in_plane needs plane operations over at least \
-                 {} units (this device: plane ops {plane_ops}, plane size {plane})",
-                self.channel_groups
-            ));
-        }
-        if self.fast_math && !has_ptx_math(client) {
-            return Some(
-                "channels: fast_math uses PTX instructions and needs a CUDA device".to_string(),
-            );
-        }
-        None
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -128,7 +88,8 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     let cpu = comptime![cfg.channels_per_unit];
     let cache = comptime![if cpu > 0 { cpu } else { 1 }];
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
-    let (ux, cy) = unit_coords(cfg);
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
     let small = small_eps(eps, floor);
     // This unit's gamma, kept for every tile it visits.
     let mut g = Array::<f32>::new(cache);
@@ -172,7 +133,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
             }
         }
         // The channel groups meet in a fixed tree; one group needs no shared memory.
-        let total = channel_groups_sum::<N>(acc, &mut shared, cfg);
+        let total = channel_groups_sum::<N>(acc, &mut shared, px, groups);
         if active {
             // Rare: positions whose fp32 total left the normal range are summed again, by this
             // unit alone over all C, with exactly scaled values (see `crate::rescue`).
@@ -329,8 +290,10 @@ pub fn launch_channels_with(
                     hw.max_units_per_cube
                 )));
             }
-            if let Some(why) = cfg.unsupported(client) {
-                return Err(ForwardError::InvalidKnobs(why));
+            if cfg.fast_math && !has_ptx_math(client) {
+                return Err(ForwardError::InvalidKnobs(
+                    "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
+                ));
             }
             let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
             ChannelsConfig {
@@ -360,7 +323,7 @@ pub fn launch_channels_with(
         rms_norm_channels::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            cfg.cube_dim(),
+            CubeDim::new_2d(cfg.position_units, cfg.channel_groups),
             AddressType::from_len(x_len.max(out_len) * vector_size),
             vector_size,
             BufferArg::from_raw_parts(x, x_len),
@@ -405,7 +368,6 @@ pub fn channels_config(
             channels_per_unit: 0,
             activation,
             fast_math: limits.ptx_math,
-            groups_in_plane: false,
         };
     }
     tiled_channels_config(client, channels, position_vectors, activation)
@@ -437,7 +399,6 @@ pub fn tiled_channels_config(
         channels_per_unit: if per_unit <= limits.cap { per_unit } else { 0 },
         activation,
         fast_math: limits.ptx_math,
-        groups_in_plane: false,
     }
 }
 
@@ -470,49 +431,18 @@ impl ChannelsLimits {
     }
 }
 
-/// Sum over the channel groups of a position unit ([`tree_sum`] along the group axis, or plane
-/// shuffles with `groups_in_plane`); every unit gets its position's total. All units of the
-/// cube must call it (uniformly).
+/// Sum over the channel groups of a cube column ([`tree_sum`] along `y`); every unit gets its
+/// column's total. All units of the cube must call it (uniformly).
 #[cube]
 fn channel_groups_sum<N: Size>(
     v: Vector<f32, N>,
     shared: &mut Shared<[Vector<f32, N>]>,
-    #[comptime] cfg: ChannelsConfig,
+    #[comptime] px: usize,
+    #[comptime] groups: usize,
 ) -> Vector<f32, N> {
-    let px = comptime![cfg.position_units as usize];
-    let groups = comptime![cfg.channel_groups as usize];
-    let (ux, cy) = unit_coords(cfg);
-    let mut total = v;
-    if comptime![cfg.groups_in_plane] {
-        // The groups of a position are consecutive units of one plane: a butterfly over the
-        // low bits of the unit index (the same pairs in the same order for every position).
-        let steps = comptime![(groups as u32).trailing_zeros()];
-        #[unroll]
-        for k in 0..steps {
-            let mask = 1u32 << k;
-            #[unroll]
-            for e in 0..N::value() {
-                let t = total.extract(e);
-                total.insert(e, t + plane_shuffle_xor(t, mask));
-            }
-        }
-    } else {
-        total = tree_sum::<N>(v, shared, cy * px + ux, cy, px, groups);
-    }
-    total
-}
-
-/// This unit's (position unit, channel group): the cube is `position_units x channel_groups`
-/// (positions along x), or `channel_groups x position_units` with `groups_in_plane`.
-#[cube]
-fn unit_coords(#[comptime] cfg: ChannelsConfig) -> (usize, usize) {
-    let mut ux = UNIT_POS_X as usize;
-    let mut cy = UNIT_POS_Y as usize;
-    if comptime![cfg.groups_in_plane] {
-        ux = UNIT_POS_Y as usize;
-        cy = UNIT_POS_X as usize;
-    }
-    (ux, cy)
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
+    tree_sum::<N>(v, shared, cy * px + ux, cy, px, groups)
 }
 
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
@@ -546,7 +476,8 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
     let cpu = comptime![cfg.channels_per_unit];
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
     let mut dg_shared = Shared::<[f32]>::new_slice(comptime![px * groups]);
-    let (ux, cy) = unit_coords(cfg);
+    let ux = UNIT_POS_X as usize;
+    let cy = UNIT_POS_Y as usize;
     let mut g = Array::<f32>::new(cpu);
     let mut dg = Array::<f32>::new(cpu);
     let mut xs = Array::<Vector<f32, N>>::new(cpu);
@@ -578,7 +509,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
                 acc += xs[i] * xs[i];
             }
         }
-        let sum_sq = channel_groups_sum::<N>(acc, &mut shared, cfg);
+        let sum_sq = channel_groups_sum::<N>(acc, &mut shared, px, groups);
         let d = sum_sq * Vector::new(inv_channels) + Vector::new(eps);
         let fl = Vector::<f32, N>::new(floor);
         let clamped = d.less_than(&fl);
@@ -597,7 +528,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
             dus[i] = du;
             acc2 += du * gv * xhat;
         }
-        let dot = channel_groups_sum::<N>(acc2, &mut shared, cfg);
+        let dot = channel_groups_sum::<N>(acc2, &mut shared, px, groups);
         let zero = Vector::<f32, N>::new(0.0f32);
         let mean = select_many(clamped, zero, dot * Vector::new(inv_channels));
         #[unroll]
@@ -695,8 +626,10 @@ pub fn launch_channels_backward(
             }
         }
     };
-    if let Some(why) = cfg.unsupported(client) {
-        return refuse(why);
+    if cfg.fast_math && !has_ptx_math(client) {
+        return refuse(
+            "channels backward: fast_math uses PTX instructions and needs a CUDA device".into(),
+        );
     }
     let units = cfg.position_units * cfg.channel_groups;
     if !cfg.position_units.is_power_of_two()
@@ -727,7 +660,7 @@ pub fn launch_channels_backward(
         rms_norm_channels_backward::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            cfg.cube_dim(),
+            CubeDim::new_2d(cfg.position_units, cfg.channel_groups),
             AddressType::from_len((len * vector_size).max(cubes * channels)),
             vector_size,
             BufferArg::from_raw_parts(x, len.max(1)),
