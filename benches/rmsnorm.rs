@@ -719,18 +719,18 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 
 /// The fused backward (dx and dgamma) on bf16 rows, against a copy of the same bytes: it reads
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
-/// a copy of 3 bytes per element. Times the default knobs, the same with the IEEE SiLU', and a
+/// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE SiLU', and a
 /// sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128, 256) with the
 /// device's SiLU', and reports the best.
 fn backward(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();
-    let default = BackwardKnobs::for_device(&client);
     let mut csv = String::from(
         "c,t,kernel_us,copy_us,ratio_to_copy,gbps,ieee_us,ieee_ratio,best_knobs,best_us,best_ratio\n",
     );
     for c in [96usize, 192, 384, 1024] {
         for t in [24_960usize, 99_840, 399_360] {
+            let default = BackwardKnobs::for_shape(&client, c, t);
             let n = t * c;
             let x = timer.random(BF16, n, -5.0, 20.0);
             let dy = timer.random(BF16, n, -1.0, 2.0);

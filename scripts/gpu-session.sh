@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 out=$PWD/gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
-chmod +x gpu/tests gpu/bench 2>/dev/null
+chmod +x gpu/tests gpu/bench gpu/wan gpu/wan-untuned 2>/dev/null
 # cubecl's environment (compiled kernels and autotune results, one database) in gpu/ for every
 # binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
 # can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
@@ -63,7 +63,7 @@ for step in "${steps[@]}"; do
                timeout 100 python3 benches/torch_compare.py --out "$out" --backward >> "$out/torch.log" 2>&1 ;;
         wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
              for v in ${WANFIX_MODELS:-wan21_small wan22_small}; do for dt in ${WANFIX_DTYPES:-f32 bf16}; do
-                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" ./wan --weights fixtures/$v/diffusion_pytorch_model.safetensors \
+                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" "./${WAN_BIN:-wan}" --weights fixtures/$v/diffusion_pytorch_model.safetensors \
                      --latent fixtures/$v/io.safetensors --dtype $dt --no-write --no-check --no-norm-time --device cuda) \
                      > "$out/wanfix-$v-$dt.log" 2>&1
                  echo "$v $dt: $(grep -hE 'reference|check:' "$out/wanfix-$v-$dt.log" | tr '\n' ' ')"
@@ -72,7 +72,7 @@ for step in "${steps[@]}"; do
              # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi. Burn's
              # convolutions autotune on first use (minutes at cubecl's default level), so the
              # Wan steps autotune at the minimal level unless WAN_AUTOTUNE says otherwise.
-             # WAN_MODES="fused" runs one mode; WAN_CONV=matmul (read by the binary) swaps the
+             # WAN_TAG names the logs (wan<TAG>-<mode>.log); WAN_BIN=wan-untuned runs the build without Burn's autotuning; WAN_MODES="fused" runs one mode; WAN_CONV=matmul (read by the binary) swaps the
              # convolutions for matmuls; WAN_TRACE=1 times every convolution.
              # WAN_BUDGET=S: the modes share S seconds (each still at most WAN_TIMEOUT), so a
              # warm-up call gives the first mode what it needs and the next one the rest.
@@ -83,13 +83,13 @@ for step in "${steps[@]}"; do
                  [ $left -lt $limit ] && limit=$left
                  [ $limit -lt 10 ] && { echo "wan $mode: no time left"; continue; }
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
-                     > "$out/wan-$mode-mem.txt" 2>/dev/null & smi=$!
-                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "$limit" ./wan --size full --frames 3 --height 60 --width 104 \
+                     > "$out/wan${WAN_TAG:-}-$mode-mem.txt" 2>/dev/null & smi=$!
+                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "$limit" "./${WAN_BIN:-wan}" --size full --frames 3 --height 60 --width 104 \
                      --dtype bf16 --no-check --no-write --device cuda ${extra[@]+"${extra[@]}"} \
-                     --out "$out/wan-$mode") > "$out/wan-$mode.log" 2>&1
+                     --out "$out/wan${WAN_TAG:-}-$mode") > "$out/wan${WAN_TAG:-}-$mode.log" 2>&1
                  kill $smi 2>/dev/null
-                 echo "wan $mode: peak $(sort -n "$out/wan-$mode-mem.txt" | tail -1) MiB" >> "$out/wan-$mode.log"
-                 tail -4 "$out/wan-$mode.log"
+                 echo "wan $mode: peak $(sort -n "$out/wan${WAN_TAG:-}-$mode-mem.txt" | tail -1) MiB" >> "$out/wan${WAN_TAG:-}-$mode.log"
+                 tail -4 "$out/wan${WAN_TAG:-}-$mode.log"
              done ;;
         *) echo "unknown step $step"; continue ;;
     esac

@@ -7,7 +7,7 @@
 //!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S] [--no-check] [--no-write]
 //!     [--conv burn|matmul] [--no-norm-time]
 //! ```
-//! It warms up on the first two latent frames (compilation, Burn's autotuning), times the decode
+//! It warms up with whole decodes (compilation, Burn's autotuning), times the decode
 //! per latent frame with no extra synchronisation, then decodes once more with a device sync
 //! around every norm call for the time spent in the norm sites (skip with `--no-norm-time`).
 //! `--conv matmul` runs every 3D convolution as a sum of one matmul per kernel tap instead of
@@ -322,21 +322,24 @@ fn main() {
         load_time.as_secs_f64()
     );
 
-    // Warm-up on the first two latent frames (the first frame and the cached ones run different
-    // shapes: kernel compilation and Burn's autotuning happen here), then the timed decode with
-    // no extra synchronisation, then (unless --no-norm-time) a second decode with a device sync
-    // around every norm call for the time spent in the norm sites.
+    // Warm-up: one whole decode as timed below and one as the norm-timed pass (the first,
+    // second and later latent frames run different shapes because of the causal cache, and a
+    // device sync around each norm call changes how Burn's fusion groups the other ops, so
+    // each pass compiles kernels of its own). Then the timed decode with no extra
+    // synchronisation, then (unless --no-norm-time) a decode with a device sync around every
+    // norm call for the time spent in the norm sites.
+    let measure_norms = !flag("--no-norm-time");
     let warm = Instant::now();
-    let warm_frames = latent_frames.min(2);
     let _ = decoder
-        .decode(
-            z.clone().slice(burn::tensor::s![.., .., 0..warm_frames]),
-            &Ctx::new(fused, false),
-            |_, _| {},
-        )
+        .decode(z.clone(), &Ctx::new(fused, false), |_, _| {})
         .into_data();
+    if measure_norms {
+        let _ = decoder
+            .decode(z.clone(), &Ctx::new(fused, true), |_, _| {})
+            .into_data();
+    }
     println!(
-        "warm-up on {warm_frames} latent frame(s) (compiles and tunes kernels): {:.2} s",
+        "warm-up (compiles and tunes kernels): {:.2} s",
         warm.elapsed().as_secs_f64()
     );
 
@@ -345,7 +348,7 @@ fn main() {
     let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true);
     let total = start.elapsed();
     let norm_ctx = Ctx::new(fused, true);
-    let norm_per_frame = if flag("--no-norm-time") {
+    let norm_per_frame = if !measure_norms {
         vec![Duration::ZERO; per_frame.len()]
     } else {
         let (_, frames) = timed_decode(&decoder, z.clone(), &norm_ctx, false);

@@ -262,22 +262,40 @@ pub struct BackwardKnobs {
     /// The sigmoid in SiLU' through PTX `ex2.approx` + `rcp.approx` (CUDA only).
     pub fast_math: bool,
     /// Most vectors of a row per lane; lanes per row are the next power of two that fits C.
+    /// Raised for rows wider than a cube's lanes allow, up to the register cache's limit (8
+    /// vectors per lane on a GPU, 64 on the CPU runtime); wider rows are refused.
     pub max_vectors_per_lane: usize,
     /// Units per cube on a GPU (a power of two); the CPU runtime takes its maximum.
     pub units_per_cube: usize,
 }
 
 impl BackwardKnobs {
-    /// The defaults: the PTX SiLU' where the device has it (13-25% faster on the H200,
-    /// 2026-11-30), at most 8 vectors per lane and 256 units per cube on a GPU; 64 vectors per
-    /// lane on the CPU runtime, where a row has two units at most.
+    /// The device defaults: the PTX SiLU' where the device has it (13-25% faster on the H200,
+    /// 2026-11-30), one vector per lane and 256 units per cube on a GPU; 64 vectors per lane on
+    /// the CPU runtime, where a row has two units at most. [`Self::for_shape`] refines them.
     pub fn for_device(client: &Client) -> Self {
         let gpu = is_gpu(client);
         Self {
             fast_math: has_ptx_math(client),
-            max_vectors_per_lane: if gpu { 8 } else { 64 },
+            max_vectors_per_lane: if gpu { 1 } else { 64 },
             units_per_cube: 256,
         }
+    }
+
+    /// The defaults for a `[rows, channels]` backward: on a GPU the sweep winners of the
+    /// `backward` bench on the H200 (2026-11-30, fifth session; C = 96, 192, 384, 1024 x
+    /// T = 24960, 99840, 399360). One vector per lane everywhere but C = 384 at T >= 99840 (the
+    /// register cache of 8 vectors per lane held 192-256 f32 registers: 2.3-3.4x the copy,
+    /// against 1.33-2.0x now); 128 units per cube above C = 256.
+    pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
+        let mut knobs = Self::for_device(client);
+        if is_gpu(client) && channels > 256 {
+            knobs.units_per_cube = 128;
+            if channels <= 512 && rows >= 65_536 {
+                knobs.max_vectors_per_lane = 4;
+            }
+        }
+        knobs
     }
 }
 
@@ -324,7 +342,7 @@ pub fn launch_backward(
         channels,
         norm,
         activation,
-        BackwardKnobs::for_device(client),
+        BackwardKnobs::for_shape(client, channels, rows),
     )
 }
 
@@ -374,14 +392,22 @@ pub fn launch_backward_with(
     let gpu = is_gpu(client);
     let plane = if gpu { hw.plane_size_min as usize } else { 1 };
     let max_units = hw.max_units_per_cube as usize;
+    // Lanes per row: what the cap asks for, at most a cube's worth; the cap is raised (up to
+    // the register cache's limit) for rows wider than that.
+    let max_lanes = 1usize
+        << (if gpu { max_units.min(1024) } else { max_units })
+            .max(1)
+            .ilog2();
     let lanes = vecs
         .div_ceil(knobs.max_vectors_per_lane)
         .next_power_of_two()
-        .max(1);
-    let max_lanes = if gpu { max_units.min(1024) } else { max_units };
-    if lanes > max_lanes {
+        .clamp(1, max_lanes);
+    let cache_limit = if gpu { 8 } else { 64 };
+    if vecs.div_ceil(lanes) > cache_limit {
         return refuse(format!(
-            "backward: C = {channels} needs {lanes} lanes per row, this device has {max_lanes}"
+            "backward: C = {channels} needs {} vectors per lane at {lanes} lanes per row (this \
+             device's most); the register cache holds {cache_limit}",
+            vecs.div_ceil(lanes)
         ));
     }
     let lane_reduce = if lanes <= plane {

@@ -361,10 +361,15 @@ pub fn channels_config(
     // faster on the H200 than the tiled form ([1, 96, 4, 480, 832]: 239 vs 465 us;
     // [1, 192, 4, 240, 416]: 208 vs 239 us); few positions need the tiles ([1, 384, 1, 60,
     // 104]: 15 vs 206 us).
+    // From C = 192 on, 4 channel groups of 32 position units each (C walked twice per group,
+    // one barrier per position vector) beat it: [1, 192, 4, 240, 416] 121 vs 154 us (the
+    // `channels` bench's sweep, H200, 2026-11-30, fifth session); at C = 96 one group stays
+    // best (232 us, within 1% of the sweep's best).
     if limits.gpu && position_vectors >= 64 * limits.sms {
+        let wide = channels >= 192 && limits.max_units >= 128;
         return ChannelsConfig {
-            position_units: limits.max_units as u32,
-            channel_groups: 1,
+            position_units: if wide { 32 } else { limits.max_units as u32 },
+            channel_groups: if wide { 4 } else { 1 },
             channels_per_unit: 0,
             activation,
             fast_math: limits.ptx_math,
