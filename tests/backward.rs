@@ -69,7 +69,7 @@ impl GradientBuffers {
 
 /// [`fused_gradients`] with given knobs; the launch's refusal as an error.
 #[allow(clippy::too_many_arguments)]
-fn fused_gradients_with(
+pub fn fused_gradients_with(
     x: &[f64],
     gamma: &[f64],
     w: &[f64],

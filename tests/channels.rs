@@ -345,9 +345,9 @@ fn every_channels_config_writes_every_element() {
 /// do not divide the tile; `fast_math` off CUDA is refused.
 #[test]
 fn every_channels_backward_config_matches_the_row_backward() {
-    use crate::backward::GradientBuffers;
+    use crate::backward::{GradientBuffers, fused_gradients_with};
     use crate::kernel_knobs::{cube_device, elem};
-    use rmsnorm_silu_kernels::backward::launch_backward;
+    use rmsnorm_silu_kernels::backward::BackwardKnobs;
     use rmsnorm_silu_kernels::channels::{ChannelsConfig, launch_channels_backward};
     let device = cube_device();
     let client = device.client();
@@ -374,27 +374,18 @@ fn every_channels_backward_config_matches_the_row_backward() {
             r
         };
         let rows = batches * positions;
-        let (want_dx, want_dgamma) = {
-            let shape = vec![rows, channels];
-            let b =
-                GradientBuffers::upload(&to_rows(&x), &gamma, &to_rows(&dy), shape, dtype, &device);
-            launch_backward(
-                &client,
-                b.x.handle.clone(),
-                b.gamma.handle.clone(),
-                b.dy.handle.clone(),
-                b.dx.handle.clone(),
-                b.dgamma.handle.clone(),
-                elem(dtype),
-                elem(dtype),
-                rows,
-                channels,
-                norm,
-                Activation::Silu,
-            )
-            .expect("row backward");
-            b.gradients()
-        };
+        let (want_dx, want_dgamma) = fused_gradients_with(
+            &to_rows(&x),
+            &gamma,
+            &to_rows(&dy),
+            rows,
+            channels,
+            dtype,
+            norm,
+            Activation::Silu,
+            BackwardKnobs::for_shape(&client, channels, rows),
+        )
+        .expect("row backward");
         let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
         for (position_units, channel_groups) in
             shapes.into_iter().filter(|(p, g)| p * g <= max_units)

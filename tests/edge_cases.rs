@@ -129,20 +129,15 @@ fn bitwise_deterministic_over_100_runs() {
 /// table are the only shared state.
 #[test]
 fn concurrent_calls_from_threads_and_devices() {
-    // The CUDA-only build (scripts/gpu-pack.sh) pairs CUDA with Flex instead.
     #[cfg(feature = "cpu")]
-    fn cpu_runtime() -> Device {
+    let second = if on_gpu() {
         Device::cpu()
-    }
-    #[cfg(not(feature = "cpu"))]
-    fn cpu_runtime() -> Device {
-        unreachable!()
-    }
-    let second = if on_gpu() && cfg!(feature = "cpu") {
-        cpu_runtime()
     } else {
         Device::flex()
     };
+    // The CUDA-only build (scripts/gpu-pack.sh) pairs CUDA with Flex instead.
+    #[cfg(not(feature = "cpu"))]
+    let second = Device::flex();
     for devices in [[device(), device()], [device(), second]] {
         std::thread::scope(|scope| {
             for t in 0..4 {

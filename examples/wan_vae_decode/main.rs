@@ -195,7 +195,7 @@ fn progress(done: usize, total: usize, elapsed: Duration) {
 }
 
 /// Decodes `z` with a device sync after every latent frame: the video and, per frame, the time
-/// it took and the norm time accumulated in `ctx` so far.
+/// it took and the norm time `ctx` recorded during it.
 fn timed_decode(
     decoder: &WanDecoder,
     z: Tensor<5>,
@@ -206,12 +206,15 @@ fn timed_decode(
     let start = Instant::now();
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
+    let mut norm_before = ctx.norm_time.get();
     if show_progress {
         progress(0, latent_frames, Duration::ZERO);
     }
     let video = decoder.decode(z, ctx, |i, out| {
         out.device().sync().expect("sync");
-        per_frame.push((frame_start.elapsed(), ctx.norm_time.get()));
+        let norm_now = ctx.norm_time.get();
+        per_frame.push((frame_start.elapsed(), norm_now - norm_before));
+        norm_before = norm_now;
         frame_start = Instant::now();
         if show_progress {
             progress(i + 1, latent_frames, start.elapsed());
@@ -348,19 +351,11 @@ fn main() {
     let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true);
     let total = start.elapsed();
     let norm_ctx = Ctx::new(fused, true);
-    let norm_per_frame = if !measure_norms {
-        vec![Duration::ZERO; per_frame.len()]
-    } else {
+    let norm_per_frame: Vec<Duration> = if measure_norms {
         let (_, frames) = timed_decode(&decoder, z.clone(), &norm_ctx, false);
-        let mut before = Duration::ZERO;
-        frames
-            .iter()
-            .map(|&(_, norm_now)| {
-                let spent = norm_now - before;
-                before = norm_now;
-                spent
-            })
-            .collect()
+        frames.into_iter().map(|(_, norm)| norm).collect()
+    } else {
+        vec![Duration::ZERO; per_frame.len()]
     };
     let z_check = z;
     if let Some(path) = arg("--latent") {
@@ -399,12 +394,12 @@ fn main() {
     }
     let video = video.clamp(-1.0, 1.0);
     let (frames, width, height) = to_rgb(video);
-    for (i, (t, norm)) in per_frame.iter().zip(&norm_per_frame).enumerate() {
+    for (i, ((t, _), norm)) in per_frame.iter().zip(&norm_per_frame).enumerate() {
         println!(
             "latent frame {i}: {:8.2} ms, norm sites {:7.2} ms ({:4.1}%)",
-            t.0.as_secs_f64() * 1e3,
+            t.as_secs_f64() * 1e3,
             norm.as_secs_f64() * 1e3,
-            100.0 * norm.as_secs_f64() / t.0.as_secs_f64()
+            100.0 * norm.as_secs_f64() / t.as_secs_f64()
         );
     }
     let norm_total = norm_ctx.norm_time.get();
