@@ -202,6 +202,7 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         gamma: GammaIn::Registers,
                         max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
                         fast_math: false,
+                        prefetch: false,
                     });
                 }
             }
@@ -257,6 +258,33 @@ fn refinements(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs>
     out
 }
 
+/// The best so far with the next row group prefetched (staged through shared memory), on
+/// persistent grids of 1 to 8 cubes per SM, with gamma where the best keeps it and in shared
+/// memory (fewer registers for the second buffer). Only where each cube walks a few groups.
+fn prefetch_variants(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs> {
+    let groups = problem.rows.div_ceil(best.rows_per_step());
+    if !best.caches_row(problem.channels) || groups < 4 * sms(client) as usize {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for gamma in [best.gamma, GammaIn::Shared] {
+        for occ in [1u32, 2, 3, 4, 6, 8] {
+            if occ * best.units_per_cube() <= 2048 {
+                out.push(Knobs {
+                    prefetch: true,
+                    gamma,
+                    max_cubes: Some(occ * sms(client)),
+                    ..best
+                });
+            }
+        }
+        if best.gamma == GammaIn::Shared {
+            break;
+        }
+    }
+    out
+}
+
 fn sms(client: &Client) -> u32 {
     client
         .properties()
@@ -283,6 +311,9 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
     }
     let first = best.expect("at least one valid candidate").0;
     for k in refinements(client, b.problem, first) {
+        consider(k, &mut best);
+    }
+    for k in prefetch_variants(client, b.problem, best.unwrap().0) {
         consider(k, &mut best);
     }
     let (k, _) = best.unwrap();

@@ -43,15 +43,15 @@ for step in "${steps[@]}"; do
     case "$step" in
         tests) skip=(); [ -d gpu/fixtures/wan21_small ] || skip=(--skip wan_vae)
                (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${TESTS_TIMEOUT:-150}" \
-                   ./tests --test-threads="${TESTS_THREADS:-4}" ${skip[@]+"${skip[@]}"}) \
+                   ./tests --test-threads="${TESTS_THREADS:-4}" ${skip[@]+"${skip[@]}"} ${TESTS_FILTER:-}) \
                    > "$out/tests.log" 2>&1 ;;
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
         sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-135} \
                    bash scripts/sanitize.sh > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
-        tune) (cd gpu && timeout 240 ./bench tune --lut "$out/sm90.txt" --out "$out") \
+        tune) (cd gpu && timeout "${TUNE_TIMEOUT:-240}" ./bench tune --lut "$out/sm90.txt" --out "$out") \
                    > "$out/tune.log" 2>&1 ;;
-        tunefp8) (cd gpu && timeout 240 ./bench tune --output fp8 --lut "$out/sm90_fp8.txt" --out "$out") \
+        tunefp8) (cd gpu && timeout "${TUNE_TIMEOUT:-240}" ./bench tune --output fp8 --lut "$out/sm90_fp8.txt" --out "$out") \
                    > "$out/tunefp8.log" 2>&1 ;;
         fallback) (cd gpu && timeout "${FALLBACK_TIMEOUT:-150}" ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout "${CHANNELS_TIMEOUT:-240}" ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;

@@ -140,6 +140,15 @@ fn out_of_range_rows_are_rescued_on_every_knob_path() {
             },
             24,
         ),
+        (
+            Knobs {
+                rows_per_unit: 2,
+                prefetch: true,
+                max_cubes: Some(2),
+                ..knobs(4, 2, 1, 4, Shared)
+            },
+            32,
+        ),
     ];
     if on_gpu() {
         cases.extend([
@@ -210,6 +219,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         gamma: GammaIn::Registers,
         max_cubes: None,
         fast_math: false,
+        prefetch: false,
     }
 }
 
@@ -298,6 +308,50 @@ fn every_knob_path_writes_every_element() {
             ));
         }
     }
+    // Prefetch (the next row group staged through shared memory) on persistent grids of one
+    // to a few cubes, so that each cube walks several groups and the last is partial.
+    let prefetched = |k: Knobs, cubes: u32| Knobs {
+        prefetch: true,
+        max_cubes: Some(cubes),
+        ..k
+    };
+    cases.extend([
+        (prefetched(knobs(8, 1, 2, 4, Plane), 3), 29, 32),
+        (prefetched(knobs(8, 1, 2, 3, Plane), 1), 7, 24),
+        (prefetched(knobs(2, 2, 1, 4, Shared), 2), 7, 14),
+        (
+            prefetched(with(knobs(4, 1, 2, 3, Plane), 3, GammaIn::Shared), 2),
+            31,
+            12,
+        ),
+        (
+            prefetched(with(knobs(2, 2, 1, 2, Shared), 2, GammaIn::Global), 3),
+            17,
+            6,
+        ),
+        // More cubes than groups: every cube's prologue, no second group.
+        (prefetched(knobs(8, 1, 2, 2, Plane), 64), 5, 16),
+    ]);
+    if on_gpu() {
+        for (k, rows, channels) in [
+            (with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Registers), 99_999, 160),
+            (with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Shared), 4_001, 160),
+            (with(knobs(8, 16, 8, 3, Plane), 1, GammaIn::Registers), 1_001, 384),
+            (with(knobs(8, 64, 2, 2, Shared), 2, GammaIn::Registers), 777, 1024),
+            (with(knobs(4, 32, 4, 5, Plane), 2, GammaIn::Shared), 3_333, 640),
+        ] {
+            for fast_math in [false, true] {
+                cases.push((
+                    Knobs {
+                        fast_math,
+                        ..prefetched(k, 132 * 3)
+                    },
+                    rows,
+                    channels,
+                ));
+            }
+        }
+    }
     cases.push((knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8));
     // Every case runs; the failures are reported together. RMSNORM_KNOB_CASE=i runs case i only.
     let only: Option<usize> = std::env::var("RMSNORM_KNOB_CASE")
@@ -373,6 +427,26 @@ fn invalid_knobs_are_refused_with_a_reason() {
         };
         let err = validate_knobs(&client, &fast, problem, &[0; 3], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains("needs a CUDA device"), "{err}");
+    }
+    // Prefetch stages whole 32-bit words and needs the register cache.
+    for (k, needle) in [
+        (
+            Knobs {
+                prefetch: true,
+                ..knobs(1, 1, 1, 12, LaneReduce::Plane)
+            },
+            "32-bit words",
+        ),
+        (
+            Knobs {
+                prefetch: true,
+                ..knobs(2, 1, 1, 0, LaneReduce::Plane)
+            },
+            "register cache",
+        ),
+    ] {
+        let err = validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).unwrap_err();
+        assert!(err.to_string().contains(needle), "{k:?}: {err}");
     }
     let misaligned = validate_knobs(
         &client,

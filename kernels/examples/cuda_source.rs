@@ -69,6 +69,7 @@ fn main() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
         (),
         (),
         (),
@@ -78,6 +79,11 @@ fn main() {
         (),
         (),
         knobs.vector_size,
+        if cfg.prefetch {
+            knobs.vector_size / 2
+        } else {
+            1
+        },
         cfg,
         [
             bf16,

@@ -292,8 +292,9 @@ pub(crate) fn ptx_rcp_approx(x: f32) -> f32 {
 /// reductions so that `rows_per_unit` rows are in flight per unit.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
+pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
+    x_words: &[Vector<u32, W>],
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
     amax_partial: &mut [f32],
@@ -371,26 +372,94 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
         }
 
         let mut xs = Array::<Vector<E, N>>::new(comptime![vpl * rows_per_unit]);
+        // Prefetch: the next group's rows arrive in registers while this group is computed,
+        // then wait in this unit's own slots of shared memory (no other unit reads them, so no
+        // barrier) until the next iteration. Staging them in shared memory instead of a second
+        // register array keeps the loaded registers from being carried around the loop, which
+        // made the compiler repack (and so wait for) them right after the loads.
+        let slots = comptime![vpl * rows_per_unit];
+        let units = comptime![lanes * rows_per_cube];
+        let mut next_regs = Array::<Vector<u32, W>>::new(comptime![if cfg.prefetch {
+            slots
+        } else {
+            1
+        }]);
+        let mut staged = Shared::<[Vector<u32, W>]>::new_slice(comptime![if cfg.prefetch {
+            slots * units
+        } else {
+            1
+        }]);
+        let unit = UNIT_POS as usize;
+        if comptime![cfg.prefetch] {
+            if group < groups {
+                load_rows::<W>(
+                    x_words,
+                    &mut next_regs,
+                    group * rows_per_step + y,
+                    rows,
+                    x_row_stride,
+                    vecs_per_row,
+                    cfg,
+                );
+                #[unroll]
+                for k in 0..slots {
+                    staged[k * units + unit] = next_regs[k];
+                }
+            }
+        }
         while group < groups {
             let step_first_row = group * rows_per_step;
             let first_row = step_first_row + y;
-            #[unroll]
-            for r in 0..rows_per_unit {
-                let row = first_row + r * rows_per_cube;
-                let active = row < rows;
-                let base = row * x_row_stride;
-                let mut acc = Vector::<f32, N>::new(0.0f32);
-                #[unroll]
-                for i in 0..vpl {
-                    let j = lane + i * lanes;
-                    if active && j < vecs_per_row {
-                        let v = x[base + j];
-                        xs[r * vpl + i] = v;
-                        let f = Vector::<f32, N>::cast_from(v);
-                        acc += f * f;
-                    }
+            let next = group + CUBE_COUNT;
+            if comptime![cfg.prefetch] {
+                // The next group's loads go out before any arithmetic on this one.
+                if next < groups {
+                    load_rows::<W>(
+                        x_words,
+                        &mut next_regs,
+                        next * rows_per_step + y,
+                        rows,
+                        x_row_stride,
+                        vecs_per_row,
+                        cfg,
+                    );
                 }
-                sums[r] = horizontal_sum::<N>(acc);
+                #[unroll]
+                for k in 0..slots {
+                    xs[k] = Vector::<E, N>::reinterpret(staged[k * units + unit]);
+                }
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    let active = first_row + r * rows_per_cube < rows;
+                    let mut acc = Vector::<f32, N>::new(0.0f32);
+                    #[unroll]
+                    for i in 0..vpl {
+                        if active && lane + i * lanes < vecs_per_row {
+                            let f = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
+                            acc += f * f;
+                        }
+                    }
+                    sums[r] = horizontal_sum::<N>(acc);
+                }
+            } else {
+                #[unroll]
+                for r in 0..rows_per_unit {
+                    let row = first_row + r * rows_per_cube;
+                    let active = row < rows;
+                    let base = row * x_row_stride;
+                    let mut acc = Vector::<f32, N>::new(0.0f32);
+                    #[unroll]
+                    for i in 0..vpl {
+                        let j = lane + i * lanes;
+                        if active && j < vecs_per_row {
+                            let v = x[base + j];
+                            xs[r * vpl + i] = v;
+                            let f = Vector::<f32, N>::cast_from(v);
+                            acc += f * f;
+                        }
+                    }
+                    sums[r] = horizontal_sum::<N>(acc);
+                }
             }
             let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, cfg);
             // Rare: a row total out of fp32 range is summed again from the registers with
@@ -468,7 +537,15 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size>(
                     );
                 }
             }
-            group += CUBE_COUNT;
+            if comptime![cfg.prefetch] {
+                if next < groups {
+                    #[unroll]
+                    for k in 0..slots {
+                        staged[k * units + unit] = next_regs[k];
+                    }
+                }
+            }
+            group = next;
         }
     } else {
         // Rows too long for registers: one pass for the sums of squares, a second (mostly from
@@ -608,6 +685,38 @@ pub fn rms_norm_reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[com
     }
     if unit == 0 {
         amax[0] = shared[0];
+    }
+}
+
+/// Loads this unit's share of the rows `first_row + r * rows_per_cube` (`r < rows_per_unit`) into
+/// `xs`, as 32-bit words (`x_words` is `x` viewed as words: one vector of `x` per vector of
+/// words). Why words: the compiler splits vectors of 16-bit floats into 16-bit values and
+/// repacks them right after the load, which waits for the load and defeats the prefetch.
+/// A slot of a row past the end or of a column past the row loads the last row's or column's
+/// vector instead (every reader masks those slots), so the loads need no predicate either.
+#[cube]
+fn load_rows<W: Size>(
+    x_words: &[Vector<u32, W>],
+    xs: &mut Array<Vector<u32, W>>,
+    first_row: usize,
+    rows: usize,
+    x_row_stride: usize,
+    vecs_per_row: usize,
+    #[comptime] cfg: RowConfig,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let vpl = comptime![cfg.vectors_per_lane];
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..comptime![cfg.rows_per_unit as usize] {
+        let row = first_row + r * comptime![cfg.rows_per_cube as usize];
+        let base = select(row < rows, row, rows - 1) * x_row_stride;
+        #[unroll]
+        for i in 0..vpl {
+            let j = lane + i * lanes;
+            let j = select(j < vecs_per_row, j, vecs_per_row - 1);
+            xs[r * vpl + i] = x_words[base + j];
+        }
     }
 }
 
@@ -820,6 +929,28 @@ pub fn validate_knobs(
     if knobs.max_cubes == Some(0) {
         return bad("max_cubes must be at least 1".into());
     }
+    if knobs.prefetch {
+        let x_bytes = elem_sizes.first().copied().unwrap_or(0) * knobs.vector_size;
+        if !knobs.caches_row(problem.channels) || !x_bytes.is_multiple_of(4) {
+            return bad(format!(
+                "prefetch needs the register cache (vectors_per_lane {} x lanes_per_row {} x \
+                 vector_size {} >= C = {}) and vectors of whole 32-bit words (this x: {x_bytes} \
+                 bytes)",
+                knobs.vectors_per_lane, knobs.lanes_per_row, knobs.vector_size, problem.channels
+            ));
+        }
+        let staged = knobs.units_per_cube() as usize
+            * knobs.rows_per_unit as usize
+            * knobs.vectors_per_lane
+            * x_bytes;
+        if shared_bytes + staged > hw.max_shared_memory_size {
+            return bad(format!(
+                "prefetch stages {staged} bytes per cube in shared memory (plus {shared_bytes}); \
+                 the device has {}",
+                hw.max_shared_memory_size
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -975,6 +1106,12 @@ pub fn launch_forward_to(
     let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
     let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);
 
+    // `x` seen as vectors of 32-bit words, one per vector of `x` (prefetch only; validated).
+    let (words_per_vector, words_len) = if cfg.prefetch {
+        (vector_size * x_type.size() / 4, x_len)
+    } else {
+        (1, 1)
+    };
     log::debug!(
         "rms_norm_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs:?} \
          cubes={cubes}"
@@ -994,7 +1131,9 @@ pub fn launch_forward_to(
             CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
             address_type,
             vector_size,
-            BufferArg::from_raw_parts(x, x_len),
+            words_per_vector,
+            BufferArg::from_raw_parts(x.clone(), x_len),
+            BufferArg::from_raw_parts(x, words_len),
             BufferArg::from_raw_parts(gamma, vecs_per_row),
             BufferArg::from_raw_parts(out, out_len),
             BufferArg::from_raw_parts(partial.clone(), partial_len),

@@ -54,6 +54,11 @@ pub struct Knobs {
     /// per shape (the H200 table picks it for 31 of 55 shapes) and the heuristic uses it on
     /// CUDA devices. Changes the last bits of the SiLU (max relative error ~2^-21).
     pub fast_math: bool,
+    /// Software pipelining for a persistent grid: while a cube reduces and writes one row group,
+    /// the loads of its next group are already in flight (a second register buffer). Why: with
+    /// one buffer a unit's loads wait behind its own arithmetic, so the bytes in flight per SM
+    /// drop between groups. Needs the register cache; pays off only with `max_cubes`.
+    pub prefetch: bool,
 }
 
 /// The comptime part of [`Knobs`] plus the activation: what the kernel is specialised on.
@@ -67,6 +72,7 @@ pub struct RowConfig {
     pub gamma: GammaIn,
     pub activation: Activation,
     pub fast_math: bool,
+    pub prefetch: bool,
     pub output: Output,
 }
 
@@ -115,6 +121,7 @@ impl Knobs {
             gamma: if cached { self.gamma } else { GammaIn::Global },
             activation,
             fast_math: self.fast_math && activation == Activation::Silu,
+            prefetch: self.prefetch && cached,
             output,
         }
     }
@@ -123,7 +130,7 @@ impl Knobs {
 impl core::fmt::Display for Knobs {
     /// Compact form, also accepted by [`Knobs::parse`]:
     /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap; `.fast` appended for
-    /// `fast_math`).
+    /// `fast_math`, then `.pf` for `prefetch`).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let reduce = match self.lane_reduce {
             LaneReduce::Plane => "plane",
@@ -150,6 +157,9 @@ impl core::fmt::Display for Knobs {
         if self.fast_math {
             write!(f, ".fast")?;
         }
+        if self.prefetch {
+            write!(f, ".pf")?;
+        }
         Ok(())
     }
 }
@@ -164,7 +174,11 @@ impl Knobs {
                  lane>.<plane|shared>.<greg|gsh|gglob>.m<max cubes|->, e.g. v8.l16.r8.u1.c3.plane.greg.m-"
             )
         };
-        let (fields, fast_math) = match parts.as_slice() {
+        let (fields, prefetch) = match parts.as_slice() {
+            [fields @ .., "pf"] if fields.len() >= 8 => (fields, true),
+            fields => (fields, false),
+        };
+        let (fields, fast_math) = match fields {
             [fields @ .., "fast"] if fields.len() == 8 => (fields, true),
             fields => (fields, false),
         };
@@ -198,6 +212,7 @@ impl Knobs {
                 m => Some(num(m, 'm')? as u32),
             },
             fast_math,
+            prefetch,
         })
     }
 }
@@ -218,6 +233,7 @@ mod tests {
             gamma: GammaIn::Shared,
             max_cubes: Some(2112),
             fast_math: false,
+            prefetch: false,
         };
         assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
@@ -227,6 +243,12 @@ mod tests {
             ..k
         };
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
+        for (fast_math, prefetch, tail) in [(true, false, ".fast"), (false, true, ".pf"), (true, true, ".fast.pf")] {
+            let k = Knobs { fast_math, prefetch, ..k };
+            assert!(k.to_string().ends_with(&format!("m-{tail}")));
+            assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
+        }
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.pf.fast").is_err());
         assert!(Knobs::parse("v8.l16").unwrap_err().contains("expected"));
         assert!(Knobs::parse("v8.l16.r8.u2.c3.warp.greg.m-").is_err());
     }

@@ -220,6 +220,7 @@ impl Fp4Config {
             gamma: GammaIn::Global,
             activation: self.activation,
             fast_math: self.fast_math,
+            prefetch: false,
             output: Output::Input,
         }
     }
