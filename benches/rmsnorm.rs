@@ -260,26 +260,37 @@ fn refinements(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs>
 
 /// The best so far with the next row group prefetched (staged through shared memory), on
 /// persistent grids of 1 to 8 cubes per SM, with gamma where the best keeps it and in shared
-/// memory (fewer registers for the second buffer). Only where each cube walks a few groups.
+/// memory (fewer registers for the second buffer), and with one row in flight per unit (twice
+/// the groups, for shapes with few). Only where a cube walks at least two groups.
 fn prefetch_variants(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs> {
-    let groups = problem.rows.div_ceil(best.rows_per_step());
-    if !best.caches_row(problem.channels) || groups < 4 * sms(client) as usize {
-        return Vec::new();
-    }
     let mut out = Vec::new();
-    for gamma in [best.gamma, GammaIn::Shared] {
-        for occ in [1u32, 2, 3, 4, 6, 8] {
-            if occ * best.units_per_cube() <= 2048 {
-                out.push(Knobs {
-                    prefetch: true,
-                    gamma,
-                    max_cubes: Some(occ * sms(client)),
-                    ..best
-                });
+    if !best.caches_row(problem.channels) {
+        return out;
+    }
+    let mut bases = vec![best];
+    if best.rows_per_unit > 1 {
+        bases.push(Knobs {
+            rows_per_unit: 1,
+            ..best
+        });
+    }
+    for base in bases {
+        let groups = problem.rows.div_ceil(base.rows_per_step());
+        for gamma in [base.gamma, GammaIn::Shared] {
+            for occ in [1u32, 2, 3, 4, 6, 8] {
+                let cubes = occ * sms(client);
+                if occ * base.units_per_cube() <= 2048 && groups >= 2 * cubes as usize {
+                    out.push(Knobs {
+                        prefetch: true,
+                        gamma,
+                        max_cubes: Some(cubes),
+                        ..base
+                    });
+                }
             }
-        }
-        if best.gamma == GammaIn::Shared {
-            break;
+            if base.gamma == GammaIn::Shared {
+                break;
+            }
         }
     }
     out
