@@ -334,11 +334,31 @@ fn every_knob_path_writes_every_element() {
     ]);
     if on_gpu() {
         for (k, rows, channels) in [
-            (with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Registers), 99_999, 160),
-            (with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Shared), 4_001, 160),
-            (with(knobs(8, 16, 8, 3, Plane), 1, GammaIn::Registers), 1_001, 384),
-            (with(knobs(8, 64, 2, 2, Shared), 2, GammaIn::Registers), 777, 1024),
-            (with(knobs(4, 32, 4, 5, Plane), 2, GammaIn::Shared), 3_333, 640),
+            (
+                with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Registers),
+                99_999,
+                160,
+            ),
+            (
+                with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Shared),
+                4_001,
+                160,
+            ),
+            (
+                with(knobs(8, 16, 8, 3, Plane), 1, GammaIn::Registers),
+                1_001,
+                384,
+            ),
+            (
+                with(knobs(8, 64, 2, 2, Shared), 2, GammaIn::Registers),
+                777,
+                1024,
+            ),
+            (
+                with(knobs(4, 32, 4, 5, Plane), 2, GammaIn::Shared),
+                3_333,
+                640,
+            ),
         ] {
             for fast_math in [false, true] {
                 cases.push((
@@ -567,7 +587,13 @@ fn lut_configurations_match_the_reference() {
     let mut ran = 0;
     let mut failures = Vec::new();
     for table in tables() {
-        for e in table.entries.iter().filter(|e| e.out == "bf16") {
+        // The FP8 entries are knobs of the same kernel: checked here on the bf16 output (the
+        // FP8 encoding of each path is checked in `fp8.rs`).
+        for e in table
+            .entries
+            .iter()
+            .filter(|e| e.out == "bf16" || e.out == "fp8")
+        {
             let k = e.knobs_for(sms);
             let problem = RowsProblem::dense(777, e.channels);
             if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {

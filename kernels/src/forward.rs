@@ -290,7 +290,9 @@ pub(crate) fn ptx_rcp_approx(x: f32) -> f32 {
 /// Each grid-stride step of a cube covers `rows_per_cube * rows_per_unit` rows; unit row `y`
 /// handles rows `y, y + rows_per_cube, ...` of the step, issuing all their loads before the
 /// reductions so that `rows_per_unit` rows are in flight per unit.
-#[allow(clippy::too_many_arguments)]
+// `if comptime![..] { if runtime { .. } }` stays nested: the outer test is resolved when the
+// kernel is expanded, the inner one at run time.
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
@@ -379,11 +381,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
         // made the compiler repack (and so wait for) them right after the loads.
         let slots = comptime![vpl * rows_per_unit];
         let units = comptime![lanes * rows_per_cube];
-        let mut next_regs = Array::<Vector<u32, W>>::new(comptime![if cfg.prefetch {
-            slots
-        } else {
-            1
-        }]);
+        let mut next_regs =
+            Array::<Vector<u32, W>>::new(comptime![if cfg.prefetch { slots } else { 1 }]);
         let mut staged = Shared::<[Vector<u32, W>]>::new_slice(comptime![if cfg.prefetch {
             slots * units
         } else {

@@ -243,8 +243,16 @@ mod tests {
             ..k
         };
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
-        for (fast_math, prefetch, tail) in [(true, false, ".fast"), (false, true, ".pf"), (true, true, ".fast.pf")] {
-            let k = Knobs { fast_math, prefetch, ..k };
+        for (fast_math, prefetch, tail) in [
+            (true, false, ".fast"),
+            (false, true, ".pf"),
+            (true, true, ".fast.pf"),
+        ] {
+            let k = Knobs {
+                fast_math,
+                prefetch,
+                ..k
+            };
             assert!(k.to_string().ends_with(&format!("m-{tail}")));
             assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
         }

@@ -203,11 +203,18 @@ pub fn table_derived_knobs(
         lanes *= 2;
     }
     let plane = client.properties().hardware.plane_size_min;
+    let vectors_per_lane = vecs.div_ceil(lanes as usize);
+    // The entry's prefetch carries over only where it can run here: whole 32-bit words per
+    // vector and the row in registers (C = 33 in bf16 takes 2-byte vectors).
+    let prefetch = base.prefetch
+        && (vector_size * elem_size).is_multiple_of(4)
+        && lanes as usize * vectors_per_lane * vector_size >= problem.channels;
     let k = Knobs {
         vector_size,
+        prefetch,
         lanes_per_row: lanes,
         rows_per_cube: (units / lanes).max(1),
-        vectors_per_lane: vecs.div_ceil(lanes as usize),
+        vectors_per_lane,
         lane_reduce: if lanes <= plane {
             LaneReduce::Plane
         } else {
