@@ -49,6 +49,24 @@ struct Args {
     output: String,
 }
 
+/// `RMSNORM_BENCH_C=1024,2048` restricts `tune` and `fallback` to those C (for a short device
+/// call; the tuner then writes a table of those C only, to merge by hand).
+fn channels_filter() -> Option<Vec<usize>> {
+    std::env::var("RMSNORM_BENCH_C").ok().map(|v| {
+        v.split(',')
+            .map(|c| {
+                c.trim()
+                    .parse()
+                    .expect("RMSNORM_BENCH_C: comma-separated C values")
+            })
+            .collect()
+    })
+}
+
+fn wanted(channels: usize) -> bool {
+    channels_filter().is_none_or(|cs| cs.contains(&channels))
+}
+
 const MODES: [&str; 6] = ["bench", "tune", "fallback", "channels", "backward", "quant"];
 
 fn args() -> Args {
@@ -308,24 +326,45 @@ fn sms(client: &Client) -> u32 {
 fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
     let client = &timer.client;
     let mut best: Option<(Knobs, f64)> = None;
-    let consider = |k: Knobs, best: &mut Option<(Knobs, f64)>| {
+    let consider = |k: Knobs, best: &mut Option<(Knobs, f64)>| -> Option<f64> {
         if !b.valid(client, &k) {
-            return;
+            return None;
         }
         let t = time_knobs(timer, b, &k, 15);
         if best.is_none_or(|(_, bt)| t < bt) {
             *best = Some((k, t));
         }
+        Some(t)
     };
+    let mut swept = Vec::new();
     for k in candidates(client, b.problem) {
-        consider(k, &mut best);
+        if let Some(t) = consider(k, &mut best) {
+            swept.push((k, t));
+        }
     }
     let first = best.expect("at least one valid candidate").0;
     for k in refinements(client, b.problem, first) {
         consider(k, &mut best);
     }
-    for k in prefetch_variants(client, b.problem, best.unwrap().0) {
-        consider(k, &mut best);
+    // Prefetch changes which shape is best (e.g. more lanes with fewer vectors each), so it is
+    // tried on the refined best and on the sweep's next two distinct lane layouts.
+    swept.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut bases = vec![best.unwrap().0];
+    for (k, _) in swept {
+        if bases.len() == 3 {
+            break;
+        }
+        if !bases
+            .iter()
+            .any(|b| (b.lanes_per_row, b.vectors_per_lane) == (k.lanes_per_row, k.vectors_per_lane))
+        {
+            bases.push(k);
+        }
+    }
+    for base in bases {
+        for k in prefetch_variants(client, b.problem, base) {
+            consider(k, &mut best);
+        }
     }
     let (k, _) = best.unwrap();
     // Re-measure the winner with the full run count.
@@ -357,7 +396,7 @@ fn tune(timer: &mut Timer, args: &Args) {
         _ => format!("kernels/lut/sm{sm}.txt"),
     });
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
-    for &channels in &CHANNELS {
+    for &channels in CHANNELS.iter().filter(|&&c| wanted(c)) {
         for &rows in tokens {
             let mut b = Buffers::new(timer, rows, channels);
             b.fp8 = output == "fp8";
@@ -392,7 +431,7 @@ fn fallback(timer: &mut Timer, args: &Args) {
     let mut csv = String::from(
         "c,t,heuristic_knobs,heuristic_us,table_derived_knobs,table_derived_us,best_knobs,best_us,heuristic_ratio,table_derived_ratio\n",
     );
-    for &channels in &FALLBACK_CHANNELS {
+    for &channels in FALLBACK_CHANNELS.iter().filter(|&&c| wanted(c)) {
         for &rows in &FALLBACK_TOKENS {
             let b = Buffers::new(timer, rows, channels);
             let h = heuristic_knobs(&client, b.problem, 2, 2, 256);

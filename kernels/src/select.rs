@@ -204,6 +204,12 @@ pub fn table_derived_knobs(
     }
     let plane = client.properties().hardware.plane_size_min;
     let vectors_per_lane = vecs.div_ceil(lanes as usize);
+    // Keep the entry's register budget (vectors per lane x rows in flight): a wider C gets
+    // fewer rows per unit rather than more registers (on the H200 the tuner's best for C = 1536
+    // and 2048 hold one row per unit where the C = 1024 entry holds two).
+    let slots = base.vectors_per_lane.max(1) * base.rows_per_unit as usize;
+    let rows_per_unit =
+        (slots / vectors_per_lane.max(1)).clamp(1, base.rows_per_unit as usize) as u32;
     // The entry's prefetch carries over only where it can run here: whole 32-bit words per
     // vector and the row in registers (C = 33 in bf16 takes 2-byte vectors).
     let prefetch = base.prefetch
@@ -212,6 +218,7 @@ pub fn table_derived_knobs(
     let k = Knobs {
         vector_size,
         prefetch,
+        rows_per_unit,
         lanes_per_row: lanes,
         rows_per_cube: (units / lanes).max(1),
         vectors_per_lane,
