@@ -222,7 +222,6 @@ impl Fp4Config {
             fast_math: self.fast_math,
             prefetch: false,
             output: Output::Input,
-            saturating_cast: false,
         }
     }
 }
