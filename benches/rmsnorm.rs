@@ -846,11 +846,14 @@ fn backward(timer: &mut Timer, args: &Args) {
                 ..default
             });
             let sweep = [1usize, 2, 4, 8].into_iter().flat_map(|cap| {
-                [128usize, 256].map(|units| BackwardKnobs {
-                    max_vectors_per_lane: cap,
-                    units_per_cube: units,
-                    ..default
-                })
+                [(128usize, false), (256, false), (128, true), (256, true)].map(
+                    |(units, prefetch)| BackwardKnobs {
+                        max_vectors_per_lane: cap,
+                        units_per_cube: units,
+                        prefetch,
+                        ..default
+                    },
+                )
             });
             let best = fastest(timer, sweep, 20, launch)
                 .filter(|&(_, us)| us < kernel)

@@ -36,6 +36,9 @@ pub struct BackwardConfig {
     pub activation: Activation,
     /// PTX sigmoid in SiLU' (CUDA only; see [`BackwardKnobs`]).
     pub fast_math: bool,
+    /// The next row group's x and dy in flight while this one is computed (see
+    /// [`BackwardKnobs::prefetch`]).
+    pub prefetch: bool,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it. All units of the cube must call it
@@ -113,11 +116,15 @@ pub(crate) fn activation_grad<N: Size>(
 /// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per cube
 /// (`partial[CUBE_POS * vecs_per_row + j]`).
 #[allow(clippy::too_many_arguments)]
+// `if comptime![..] { if runtime { .. } }` stays nested (expansion time, then run time).
+#[allow(clippy::collapsible_if)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
+pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
+    x_words: &[Vector<u32, W>],
     gamma: &[Vector<G, N>],
     dy: &[Vector<E, N>],
+    dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [Vector<f32, N>],
     rows: usize,
@@ -156,10 +163,56 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
     #[allow(clippy::manual_div_ceil)]
     let groups = (rows + rows_per_cube - 1) / rows_per_cube;
     let mut group = CUBE_POS;
+    // Prefetch (as in the forward's `load_rows`): the next group's x and dy arrive as 32-bit
+    // words while this group is computed, and wait in this unit's own shared-memory slots.
+    let units = comptime![lanes * rows_per_cube];
+    let unit = UNIT_POS as usize;
+    let words_len = comptime![if cfg.prefetch { vpl } else { 1 }];
+    let mut next_x = Array::<Vector<u32, W>>::new(words_len);
+    let mut next_dy = Array::<Vector<u32, W>>::new(words_len);
+    let mut staged = Shared::<[Vector<u32, W>]>::new_slice(comptime![if cfg.prefetch {
+        2 * vpl * lanes * rows_per_cube
+    } else {
+        1
+    }]);
+    if comptime![cfg.prefetch] {
+        if group < groups {
+            load_row_words::<W>(
+                x_words,
+                dy_words,
+                &mut next_x,
+                &mut next_dy,
+                group * rows_per_cube + y,
+                rows,
+                vecs_per_row,
+                cfg,
+            );
+            #[unroll]
+            for i in 0..vpl {
+                staged[i * units + unit] = next_x[i];
+                staged[(vpl + i) * units + unit] = next_dy[i];
+            }
+        }
+    }
     while group < groups {
         let row = group * rows_per_cube + y;
         let active = row < rows;
         let base = row * vecs_per_row;
+        let next = group + CUBE_COUNT;
+        if comptime![cfg.prefetch] {
+            if next < groups {
+                load_row_words::<W>(
+                    x_words,
+                    dy_words,
+                    &mut next_x,
+                    &mut next_dy,
+                    next * rows_per_cube + y,
+                    rows,
+                    vecs_per_row,
+                    cfg,
+                );
+            }
+        }
         let mut acc = Vector::<f32, N>::new(0.0f32);
         #[unroll]
         for i in 0..vpl {
@@ -167,8 +220,17 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
             xs[i] = Vector::<f32, N>::new(0.0f32);
             dus[i] = Vector::<f32, N>::new(0.0f32);
             if active && j < vecs_per_row {
-                xs[i] = Vector::<f32, N>::cast_from(x[base + j]);
-                dus[i] = Vector::<f32, N>::cast_from(dy[base + j]);
+                if comptime![cfg.prefetch] {
+                    xs[i] = Vector::<f32, N>::cast_from(Vector::<E, N>::reinterpret(
+                        staged[i * units + unit],
+                    ));
+                    dus[i] = Vector::<f32, N>::cast_from(Vector::<E, N>::reinterpret(
+                        staged[(vpl + i) * units + unit],
+                    ));
+                } else {
+                    xs[i] = Vector::<f32, N>::cast_from(x[base + j]);
+                    dus[i] = Vector::<f32, N>::cast_from(dy[base + j]);
+                }
                 acc += xs[i] * xs[i];
             }
         }
@@ -199,7 +261,16 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
                 dg[i] += dus[i] * xhat;
             }
         }
-        group += CUBE_COUNT;
+        if comptime![cfg.prefetch] {
+            if next < groups {
+                #[unroll]
+                for i in 0..vpl {
+                    staged[i * units + unit] = next_x[i];
+                    staged[(vpl + i) * units + unit] = next_dy[i];
+                }
+            }
+        }
+        group = next;
     }
 
     // The cube's unit rows add their dgamma partials in shared memory (a fixed tree over the
@@ -212,6 +283,32 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size>(
         if y == 0 && j < vecs_per_row {
             partial[CUBE_POS * vecs_per_row + j] = total;
         }
+    }
+}
+
+/// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors) as
+/// 32-bit words; a row past the end or a column past the row loads the last one instead (the
+/// readers mask those slots), so the loads carry no predicate.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_row_words<W: Size>(
+    x_words: &[Vector<u32, W>],
+    dy_words: &[Vector<u32, W>],
+    next_x: &mut Array<Vector<u32, W>>,
+    next_dy: &mut Array<Vector<u32, W>>,
+    row: usize,
+    rows: usize,
+    vecs_per_row: usize,
+    #[comptime] cfg: BackwardConfig,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let base = select(row < rows, row, rows - 1) * vecs_per_row;
+    #[unroll]
+    for i in 0..comptime![cfg.vectors_per_lane] {
+        let j = UNIT_POS_X as usize + i * lanes;
+        let j = select(j < vecs_per_row, j, vecs_per_row - 1);
+        next_x[i] = x_words[base + j];
+        next_dy[i] = dy_words[base + j];
     }
 }
 
@@ -267,6 +364,9 @@ pub struct BackwardKnobs {
     pub max_vectors_per_lane: usize,
     /// Units per cube on a GPU (a power of two); the CPU runtime takes its maximum.
     pub units_per_cube: usize,
+    /// The next row group's x and dy loaded while the current one is computed, staged through
+    /// shared memory as 32-bit words (the forward's prefetch). Off by default: not yet measured.
+    pub prefetch: bool,
 }
 
 impl BackwardKnobs {
@@ -279,6 +379,7 @@ impl BackwardKnobs {
             fast_math: has_ptx_math(client),
             max_vectors_per_lane: if gpu { 1 } else { 64 },
             units_per_cube: 256,
+            prefetch: false,
         }
     }
 
@@ -303,10 +404,11 @@ impl core::fmt::Display for BackwardKnobs {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "c{}.u{}{}",
+            "c{}.u{}{}{}",
             self.max_vectors_per_lane,
             self.units_per_cube,
-            if self.fast_math { ".fast" } else { "" }
+            if self.fast_math { ".fast" } else { "" },
+            if self.prefetch { ".pf" } else { "" }
         )
     }
 }
@@ -428,7 +530,26 @@ pub fn launch_backward_with(
         lane_reduce,
         activation,
         fast_math: knobs.fast_math && activation == Activation::Silu,
+        prefetch: knobs.prefetch,
     };
+    let words_per_vector = vector_size * x_type.size() / 4;
+    if knobs.prefetch {
+        if !(vector_size * x_type.size()).is_multiple_of(4) {
+            return refuse(format!(
+                "backward knobs {knobs}: prefetch stages whole 32-bit words; C = {channels} \
+                 gives vectors of {} bytes",
+                vector_size * x_type.size()
+            ));
+        }
+        let staged = 2 * cfg.vectors_per_lane * lanes * rows_per_cube * vector_size * x_type.size();
+        if staged + lanes * rows_per_cube * 4 * (1 + vector_size) > hw.max_shared_memory_size {
+            return refuse(format!(
+                "backward knobs {knobs}: prefetch stages {staged} bytes per cube in shared \
+                 memory; the device has {}",
+                hw.max_shared_memory_size
+            ));
+        }
+    }
     let groups = rows.div_ceil(rows_per_cube).max(1);
     let cubes = match hw.num_streaming_multiprocessors {
         Some(sms) if gpu => {
@@ -447,9 +568,12 @@ pub fn launch_backward_with(
             CubeDim::new_2d(lanes as u32, rows_per_cube as u32),
             AddressType::from_len((len * vector_size).max(parts * channels)),
             vector_size,
-            BufferArg::from_raw_parts(x, len.max(1)),
+            if knobs.prefetch { words_per_vector } else { 1 },
+            BufferArg::from_raw_parts(x.clone(), len.max(1)),
+            BufferArg::from_raw_parts(x, if knobs.prefetch { len.max(1) } else { 1 }),
             BufferArg::from_raw_parts(gamma, vecs),
-            BufferArg::from_raw_parts(dy, len.max(1)),
+            BufferArg::from_raw_parts(dy.clone(), len.max(1)),
+            BufferArg::from_raw_parts(dy, if knobs.prefetch { len.max(1) } else { 1 }),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), parts * vecs),
             rows,
