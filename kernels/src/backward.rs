@@ -22,7 +22,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, tree_sum};
+use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, stage_words, tree_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
 
@@ -187,11 +187,8 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                 vecs_per_row,
                 cfg,
             );
-            #[unroll]
-            for i in 0..vpl {
-                staged[i * units + unit] = next_x[i];
-                staged[(vpl + i) * units + unit] = next_dy[i];
-            }
+            stage_words::<W>(&next_x, &mut staged, 0usize, vpl, units);
+            stage_words::<W>(&next_dy, &mut staged, vpl, vpl, units);
         }
     }
     while group < groups {
@@ -263,11 +260,8 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         }
         if comptime![cfg.prefetch] {
             if next < groups {
-                #[unroll]
-                for i in 0..vpl {
-                    staged[i * units + unit] = next_x[i];
-                    staged[(vpl + i) * units + unit] = next_dy[i];
-                }
+                stage_words::<W>(&next_x, &mut staged, 0usize, vpl, units);
+                stage_words::<W>(&next_dy, &mut staged, vpl, vpl, units);
             }
         }
         group = next;

@@ -400,10 +400,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
                     vecs_per_row,
                     cfg,
                 );
-                #[unroll]
-                for k in 0..slots {
-                    staged[k * units + unit] = next_regs[k];
-                }
+                stage_words::<W>(&next_regs, &mut staged, 0usize, slots, units);
             }
         }
         while group < groups {
@@ -538,10 +535,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
             }
             if comptime![cfg.prefetch] {
                 if next < groups {
-                    #[unroll]
-                    for k in 0..slots {
-                        staged[k * units + unit] = next_regs[k];
-                    }
+                    stage_words::<W>(&next_regs, &mut staged, 0usize, slots, units);
                 }
             }
             group = next;
@@ -684,6 +678,24 @@ pub fn rms_norm_reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[com
     }
     if unit == 0 {
         amax[0] = shared[0];
+    }
+}
+
+/// Writes `count` vectors of words from `regs` into this unit's slots `offset..offset + count`
+/// of `staged` (slot `k` of unit `u` at `k * units + u`, so neighbouring units write
+/// neighbouring addresses). Only this unit reads them back: no barrier.
+#[cube]
+pub(crate) fn stage_words<W: Size>(
+    regs: &Array<Vector<u32, W>>,
+    staged: &mut Shared<[Vector<u32, W>]>,
+    #[comptime] offset: usize,
+    #[comptime] count: usize,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    #[unroll]
+    for k in 0..count {
+        staged[(offset + k) * units + unit] = regs[k];
     }
 }
 
