@@ -49,22 +49,23 @@ struct Args {
     output: String,
 }
 
-/// `RMSNORM_BENCH_C=1024,2048` restricts `tune` and `fallback` to those C (for a short device
-/// call; the tuner then writes a table of those C only, to merge by hand).
-fn channels_filter() -> Option<Vec<usize>> {
-    std::env::var("RMSNORM_BENCH_C").ok().map(|v| {
-        v.split(',')
-            .map(|c| {
-                c.trim()
-                    .parse()
-                    .expect("RMSNORM_BENCH_C: comma-separated C values")
-            })
-            .collect()
-    })
-}
-
-fn wanted(channels: usize) -> bool {
-    channels_filter().is_none_or(|cs| cs.contains(&channels))
+/// `all`, or those of them named in `RMSNORM_BENCH_C=1024,2048` (for a short device call;
+/// `tune` then writes a table of those C only, to merge by hand). Used by `tune` and `fallback`.
+fn bench_channels(all: &[usize]) -> Vec<usize> {
+    match std::env::var("RMSNORM_BENCH_C") {
+        Err(_) => all.to_vec(),
+        Ok(list) => {
+            let wanted: Vec<usize> = list
+                .split(',')
+                .map(|c| {
+                    c.trim()
+                        .parse()
+                        .expect("RMSNORM_BENCH_C: comma-separated C values")
+                })
+                .collect();
+            all.iter().copied().filter(|c| wanted.contains(c)).collect()
+        }
+    }
 }
 
 const MODES: [&str; 6] = ["bench", "tune", "fallback", "channels", "backward", "quant"];
@@ -278,7 +279,7 @@ fn refinements(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs>
 
 /// The best so far with the next row group prefetched (staged through shared memory), on
 /// persistent grids of 1 to 8 cubes per SM, with gamma where the best keeps it and in shared
-/// memory (fewer registers for the second buffer), and with one row in flight per unit (twice
+/// memory (fewer registers beside the words in flight), and with one row in flight per unit (twice
 /// the groups, for shapes with few). Only where a cube walks at least two groups.
 fn prefetch_variants(client: &Client, problem: RowsProblem, best: Knobs) -> Vec<Knobs> {
     let mut out = Vec::new();
@@ -396,7 +397,7 @@ fn tune(timer: &mut Timer, args: &Args) {
         _ => format!("kernels/lut/sm{sm}.txt"),
     });
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
-    for &channels in CHANNELS.iter().filter(|&&c| wanted(c)) {
+    for channels in bench_channels(&CHANNELS) {
         for &rows in tokens {
             let mut b = Buffers::new(timer, rows, channels);
             b.fp8 = output == "fp8";
@@ -431,7 +432,7 @@ fn fallback(timer: &mut Timer, args: &Args) {
     let mut csv = String::from(
         "c,t,heuristic_knobs,heuristic_us,table_derived_knobs,table_derived_us,best_knobs,best_us,heuristic_ratio,table_derived_ratio\n",
     );
-    for &channels in FALLBACK_CHANNELS.iter().filter(|&&c| wanted(c)) {
+    for channels in bench_channels(&FALLBACK_CHANNELS) {
         for &rows in &FALLBACK_TOKENS {
             let b = Buffers::new(timer, rows, channels);
             let h = heuristic_knobs(&client, b.problem, 2, 2, 256);
@@ -800,9 +801,9 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 
 /// The fused backward (dx and dgamma) on bf16 rows, against a copy of the same bytes: it reads
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
-/// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE SiLU', and a
-/// sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128, 256) with the
-/// device's SiLU', and reports the best.
+/// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE
+/// SiLU', and a sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128,
+/// 256) x prefetch (off, on) with the device's SiLU', and reports the best.
 fn backward(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();

@@ -171,7 +171,7 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     let mut next_x = Array::<Vector<u32, W>>::new(words_len);
     let mut next_dy = Array::<Vector<u32, W>>::new(words_len);
     let mut staged = Shared::<[Vector<u32, W>]>::new_slice(comptime![if cfg.prefetch {
-        2 * vpl * lanes * rows_per_cube
+        2 * vpl * units
     } else {
         1
     }]);
@@ -526,16 +526,15 @@ pub fn launch_backward_with(
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
     };
-    let words_per_vector = vector_size * x_type.size() / 4;
+    let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
-        if !(vector_size * x_type.size()).is_multiple_of(4) {
+        if !vector_bytes.is_multiple_of(4) {
             return refuse(format!(
                 "backward knobs {knobs}: prefetch stages whole 32-bit words; C = {channels} \
-                 gives vectors of {} bytes",
-                vector_size * x_type.size()
+                 gives vectors of {vector_bytes} bytes"
             ));
         }
-        let staged = 2 * cfg.vectors_per_lane * lanes * rows_per_cube * vector_size * x_type.size();
+        let staged = 2 * cfg.vectors_per_lane * lanes * rows_per_cube * vector_bytes;
         if staged + lanes * rows_per_cube * 4 * (1 + vector_size) > hw.max_shared_memory_size {
             return refuse(format!(
                 "backward knobs {knobs}: prefetch stages {staged} bytes per cube in shared \
@@ -554,6 +553,12 @@ pub fn launch_backward_with(
     let parts = cubes;
     let partial = client.empty(parts * channels * 4);
     let len = rows * vecs;
+    // `x` and `dy` seen as vectors of 32-bit words, one per vector (prefetch only).
+    let (words_per_vector, words_len) = if knobs.prefetch {
+        (vector_bytes / 4, len.max(1))
+    } else {
+        (1, 1)
+    };
     log::debug!("rms_norm_backward_rows: rows={rows} C={channels} {cfg:?} cubes={cubes}");
     unsafe {
         rms_norm_backward_rows::launch_unchecked(
@@ -562,12 +567,12 @@ pub fn launch_backward_with(
             CubeDim::new_2d(lanes as u32, rows_per_cube as u32),
             AddressType::from_len((len * vector_size).max(parts * channels)),
             vector_size,
-            if knobs.prefetch { words_per_vector } else { 1 },
+            words_per_vector,
             BufferArg::from_raw_parts(x.clone(), len.max(1)),
-            BufferArg::from_raw_parts(x, if knobs.prefetch { len.max(1) } else { 1 }),
+            BufferArg::from_raw_parts(x, words_len),
             BufferArg::from_raw_parts(gamma, vecs),
             BufferArg::from_raw_parts(dy.clone(), len.max(1)),
-            BufferArg::from_raw_parts(dy, if knobs.prefetch { len.max(1) } else { 1 }),
+            BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), parts * vecs),
             rows,

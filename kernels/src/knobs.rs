@@ -55,9 +55,10 @@ pub struct Knobs {
     /// CUDA devices. Changes the last bits of the SiLU (max relative error ~2^-21).
     pub fast_math: bool,
     /// Software pipelining for a persistent grid: while a cube reduces and writes one row group,
-    /// the loads of its next group are already in flight (a second register buffer). Why: with
-    /// one buffer a unit's loads wait behind its own arithmetic, so the bytes in flight per SM
-    /// drop between groups. Needs the register cache; pays off only with `max_cubes`.
+    /// the loads of its next group are already in flight, then wait as 32-bit words in the
+    /// unit's own shared-memory slots. Why: with one buffer a unit's loads wait behind its own
+    /// arithmetic, so the bytes in flight per SM drop between groups. Needs the register cache
+    /// and vectors of whole words; pays off only with `max_cubes`.
     pub prefetch: bool,
 }
 

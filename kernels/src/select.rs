@@ -208,16 +208,9 @@ pub fn table_derived_knobs(
     // fewer rows per unit rather than more registers (on the H200 the tuner's best for C = 1536
     // and 2048 hold one row per unit where the C = 1024 entry holds two).
     let slots = base.vectors_per_lane.max(1) * base.rows_per_unit as usize;
-    let rows_per_unit =
-        (slots / vectors_per_lane.max(1)).clamp(1, base.rows_per_unit as usize) as u32;
-    // The entry's prefetch carries over only where it can run here: whole 32-bit words per
-    // vector and the row in registers (C = 33 in bf16 takes 2-byte vectors).
-    let prefetch = base.prefetch
-        && (vector_size * elem_size).is_multiple_of(4)
-        && lanes as usize * vectors_per_lane * vector_size >= problem.channels;
+    let rows_per_unit = (slots / vectors_per_lane).clamp(1, base.rows_per_unit as usize) as u32;
     let k = Knobs {
         vector_size,
-        prefetch,
         rows_per_unit,
         lanes_per_row: lanes,
         rows_per_cube: (units / lanes).max(1),
@@ -229,15 +222,26 @@ pub fn table_derived_knobs(
         },
         ..base
     };
-    valid(
-        client,
-        &k,
-        problem,
-        elem_size,
-        gamma_elem_size,
-        alignment_bytes,
-    )
-    .then_some(k)
+    // The entry's prefetch carries over where it can run here (not, e.g., with the 2-byte
+    // vectors of C = 33 in bf16: prefetch stages whole 32-bit words).
+    [
+        k,
+        Knobs {
+            prefetch: false,
+            ..k
+        },
+    ]
+    .into_iter()
+    .find(|k| {
+        valid(
+            client,
+            k,
+            problem,
+            elem_size,
+            gamma_elem_size,
+            alignment_bytes,
+        )
+    })
 }
 
 /// The fallback: a valid, reasonable configuration for every device, C and row count.
