@@ -54,7 +54,9 @@ fn main() {
     let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
     let fp8 = args.get(2).is_some_and(|a| a == "fp8");
     let output = if fp8 { Output::Fp8E4M3 } else { Output::Input };
-    let cfg = knobs.row_config_for(channels, Activation::Silu, output);
+    let mut cfg = knobs.row_config_for(channels, Activation::Silu, output);
+    // As `launch_forward_to` sets it for a CUDA device.
+    cfg.saturating_cast = fp8;
     let settings = KernelSettings::new(
         *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
         ExecutionMode::Unchecked,

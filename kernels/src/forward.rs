@@ -234,20 +234,24 @@ pub(crate) fn activate<N: Size>(
 pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
 /// The value written for `y`: `y` in the output dtype, or the saturated FP8 code of
-/// `y * out_scale` (a NaN passes the clamp and stays NaN).
+/// `y * out_scale` (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast
+/// itself saturates and the clamp is left out.
 #[cube]
 fn encode<O: Float, N: Size>(
     y: Vector<f32, N>,
     out_scale: f32,
     #[comptime] output: Output,
+    #[comptime] saturating_cast: bool,
 ) -> Vector<O, N> {
     let mut v = y;
     if comptime![output.is_fp8()] {
-        let hi = Vector::<f32, N>::new(448.0f32);
-        let lo = Vector::<f32, N>::new(-448.0f32);
         v = y * Vector::new(out_scale);
-        v = select_many(v.greater_than(&hi), hi, v);
-        v = select_many(v.less_than(&lo), lo, v);
+        if comptime![!saturating_cast] {
+            let hi = Vector::<f32, N>::new(448.0f32);
+            let lo = Vector::<f32, N>::new(-448.0f32);
+            v = select_many(v.greater_than(&hi), hi, v);
+            v = select_many(v.less_than(&lo), lo, v);
+        }
     }
     Vector::<O, N>::cast_from(v)
 }
@@ -799,7 +803,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
                 v *= pv;
             }
             let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
             amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         }
     }
@@ -835,7 +839,7 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
         }
         let g = Vector::<f32, N>::cast_from(gamma[j]);
         let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output);
+        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
         amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         j += lanes;
     }
@@ -1106,7 +1110,8 @@ pub fn launch_forward_to(
     validate_knobs(client, knobs, problem, &offsets, &sizes)?;
 
     let vector_size = knobs.vector_size;
-    let cfg = knobs.row_config_for(channels, activation, target.kind);
+    let mut cfg = knobs.row_config_for(channels, activation, target.kind);
+    cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     let vecs_per_row = channels / vector_size;
     let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;

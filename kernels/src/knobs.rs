@@ -75,6 +75,11 @@ pub struct RowConfig {
     pub fast_math: bool,
     pub prefetch: bool,
     pub output: Output,
+    /// The device's cast to FP8 E4M3 saturates (CUDA converts with `__NV_SATFINITE`: ±448 for
+    /// out-of-range values and infinities, NaN stays NaN), so the kernel leaves out its own
+    /// clamp (two instructions per element). Set at launch; `false` elsewhere (the CPU
+    /// runtime's cast is not specified to saturate).
+    pub saturating_cast: bool,
 }
 
 impl Knobs {
@@ -124,6 +129,7 @@ impl Knobs {
             fast_math: self.fast_math && activation == Activation::Silu,
             prefetch: self.prefetch && cached,
             output,
+            saturating_cast: false,
         }
     }
 }

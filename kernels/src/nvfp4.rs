@@ -222,6 +222,7 @@ impl Fp4Config {
             fast_math: self.fast_math,
             prefetch: false,
             output: Output::Input,
+            saturating_cast: false,
         }
     }
 }
