@@ -219,6 +219,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         gamma: GammaIn::Registers,
         max_cubes: None,
         fast_math: false,
+        shared_rcp: false,
         prefetch: false,
     }
 }
@@ -298,14 +299,17 @@ fn every_knob_path_writes_every_element() {
             (knobs(8, 8, 16, 0, Plane), 1001, 1000),
             (knobs(4, 64, 2, 2, Shared), 77, 512),
         ] {
-            cases.push((
-                Knobs {
-                    fast_math: true,
-                    ..k
-                },
-                rows,
-                channels,
-            ));
+            for shared_rcp in [false, true] {
+                cases.push((
+                    Knobs {
+                        fast_math: true,
+                        shared_rcp,
+                        ..k
+                    },
+                    rows,
+                    channels,
+                ));
+            }
         }
     }
     // Prefetch (the next row group staged through shared memory) on persistent grids of one
@@ -360,10 +364,11 @@ fn every_knob_path_writes_every_element() {
                 640,
             ),
         ] {
-            for fast_math in [false, true] {
+            for (fast_math, shared_rcp) in [(false, false), (true, false), (true, true)] {
                 cases.push((
                     Knobs {
                         fast_math,
+                        shared_rcp,
                         ..prefetched(k, 132 * 3)
                     },
                     rows,
@@ -392,6 +397,55 @@ fn every_knob_path_writes_every_element() {
 }
 
 /// Whatever the heuristic picks for this device is valid and correct, for C from 1 to 600.
+/// SiLU at the edges of its range on every SiLU path the device has (the exact one; on CUDA
+/// also the PTX one and its pairwise `shared_rcp` form): gamma spreads `y` over +-300, holds
+/// NaN, +-inf and +-1e30 in single columns; each such column must give the reference's value
+/// (-inf gives NaN, a huge negative `y` -0) without disturbing its neighbour in the pair.
+#[test]
+fn silu_edge_values_on_every_silu_path() {
+    let mut rng = rng("silu_edges");
+    let (rows, channels) = (37, 64);
+    let x = randn(&mut rng, rows * channels);
+    let mut gamma = uniform(&mut rng, channels, -100.0, 100.0);
+    for (col, g) in [
+        (0, f64::NAN),
+        (3, f64::INFINITY),
+        (6, f64::NEG_INFINITY),
+        (9, 1e30),
+        (12, -1e30),
+        (17, 0.0),
+    ] {
+        gamma[col] = g;
+    }
+    let x = round_to(&x, DType::F32);
+    let gamma = round_to(&gamma, DType::F32);
+    let mut paths = vec![(false, false)];
+    let mut base = knobs(4, 2, 1, 8, LaneReduce::Shared);
+    if on_gpu() {
+        paths.extend([(true, false), (true, true)]);
+        base = knobs(8, 8, 16, 1, LaneReduce::Plane);
+    }
+    let mut failures = Vec::new();
+    for (fast_math, shared_rcp) in paths {
+        let k = Knobs {
+            fast_math,
+            shared_rcp,
+            ..base
+        };
+        let inputs = Inputs {
+            x: &x,
+            gamma: &gamma,
+            rows,
+            channels,
+            dtype: DType::F32,
+        };
+        record_failure(&mut failures, &format!("{k}: "), || {
+            check_knobs_on(k, inputs, NormParams::rms(1e-6), Activation::Silu, 1e-5)
+        });
+    }
+    assert_no_failures(&failures);
+}
+
 #[test]
 fn selected_knobs_are_valid_and_correct() {
     let device = cube_device();
@@ -448,8 +502,16 @@ fn invalid_knobs_are_refused_with_a_reason() {
         let err = validate_knobs(&client, &fast, problem, &[0; 3], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains("needs a CUDA device"), "{err}");
     }
-    // Prefetch stages whole 32-bit words and needs the register cache.
+    // Prefetch stages whole 32-bit words and needs the register cache; shared_rcp pairs the
+    // fast sigmoids of a vector.
     for (k, needle) in [
+        (
+            Knobs {
+                shared_rcp: true,
+                ..knobs(4, 1, 1, 3, LaneReduce::Plane)
+            },
+            "shared_rcp",
+        ),
         (
             Knobs {
                 prefetch: true,

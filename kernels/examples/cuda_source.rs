@@ -57,6 +57,7 @@ fn main() {
     let mut cfg = knobs.row_config_for(channels, Activation::Silu, output);
     // As `launch_forward_to` sets it for a CUDA device.
     cfg.saturating_cast = fp8;
+    cfg.packed_fp8 = fp8;
     let settings = KernelSettings::new(
         *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
         ExecutionMode::Unchecked,
@@ -67,6 +68,7 @@ fn main() {
         settings,
         properties(),
         Arc::new(TargetProperties::default()),
+        BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
@@ -83,6 +85,11 @@ fn main() {
         knobs.vector_size,
         if cfg.prefetch {
             knobs.vector_size / 2
+        } else {
+            1
+        },
+        if cfg.packed_fp8 {
+            knobs.vector_size / 4
         } else {
             1
         },

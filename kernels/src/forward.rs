@@ -205,15 +205,42 @@ pub(crate) fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f
 /// a plain division to the IEEE-exact sequence (about ten instructions), which makes the kernel
 /// compute-bound on an H200; the reciprocal square root is one special-function instruction
 /// (max error 2 ulp, so `sigmoid` is within ~5 ulp). `e = inf` (v < -88) gives 0, NaN stays NaN.
+///
+/// `fast_math` (CUDA): `sigmoid(v) = rcp(1 + ex2(-v log2 e))` with PTX approximations, two
+/// special-function instructions per element. `shared_rcp` (with `fast_math`): one reciprocal
+/// for each pair of elements, 1.5 special-function instructions per element instead of 2, for
+/// kernels whose narrow stores (FP8) leave the special-function unit, not memory, to set the
+/// pace. With `u = e^-|v|` in `[0, 1]`, `sigmoid(v) = n / (1 + u)` (`n = 1` for `v >= 0`, `u`
+/// below) and `1 / (1 + u_0) = (1 + u_1) / ((1 + u_0)(1 + u_1))`: the product lies in `[1, 4]`,
+/// so nothing overflows and a NaN or infinity stays in its own element, with the same results
+/// as the unpaired form (`-inf` gives NaN, a huge negative `v` gives -0).
 #[cube]
 pub(crate) fn activate<N: Size>(
     v: Vector<f32, N>,
     #[comptime] activation: Activation,
     #[comptime] fast_math: bool,
+    #[comptime] shared_rcp: bool,
 ) -> Vector<f32, N> {
     let mut y = v;
+    let n = N::value();
     if comptime![activation == Activation::Silu] {
-        if comptime![fast_math] {
+        if comptime![fast_math && shared_rcp && n % 2 == 0] {
+            #[unroll]
+            for k in 0..comptime![n / 2] {
+                let a = v.extract(2 * k);
+                let b = v.extract(2 * k + 1);
+                // u = e^-|v| in [0, 1] (a NaN gives 1/2^150 = 0: it stays in its own lane).
+                let ua = ptx_ex2_approx(clamp_min(f32::abs(a) * -LOG2_E, -150.0f32));
+                let ub = ptx_ex2_approx(clamp_min(f32::abs(b) * -LOG2_E, -150.0f32));
+                let (da, db) = (1.0f32 + ua, 1.0f32 + ub);
+                let r = ptx_rcp_approx(da * db);
+                // sigmoid(v) = 1 / (1 + u) for v >= 0, u / (1 + u) below.
+                let na = select(a < 0.0f32, ua, 1.0f32);
+                let nb = select(b < 0.0f32, ub, 1.0f32);
+                y.insert(2 * k, a * (na * (db * r)));
+                y.insert(2 * k + 1, b * (nb * (da * r)));
+            }
+        } else if comptime![fast_math] {
             #[unroll]
             for k in 0..N::value() {
                 let vk = v.extract(k);
@@ -235,7 +262,7 @@ pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
 /// The value written for `y`: `y` in the output dtype, or the saturated FP8 code of
 /// `y * out_scale` (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast
-/// itself saturates and the clamp is left out.
+/// itself saturates and the clamp is left out (see [`e4m3_words`] for the packed form).
 #[cube]
 fn encode<O: Float, N: Size>(
     y: Vector<f32, N>,
@@ -254,6 +281,44 @@ fn encode<O: Float, N: Size>(
         }
     }
     Vector::<O, N>::cast_from(v)
+}
+
+/// The saturated E4M3 codes of `v` as `V = N / 4` words, two codes per PTX
+/// `cvt.rn.satfinite.e4m3x2.f32` (sm_89+): the same codes as the scalar cast, with half the
+/// conversions and the words stored as they are (written through the output's word view, the
+/// compiler leaves the bytes in place instead of splitting and repacking them).
+#[cube]
+fn e4m3_words<N: Size, V: Size>(v: Vector<f32, N>) -> Vector<u32, V> {
+    let mut words = Vector::<u32, V>::new(0u32);
+    #[unroll]
+    for w in 0..V::value() {
+        words.insert(
+            w,
+            ptx_e4m3x4(
+                v.extract(4 * w),
+                v.extract(4 * w + 1),
+                v.extract(4 * w + 2),
+                v.extract(4 * w + 3),
+            ),
+        );
+    }
+    words
+}
+
+/// Four saturated E4M3 codes in one word, byte `k` the code of `xk` (PTX, sm_89+).
+#[cube]
+pub(crate) fn ptx_e4m3x4(x0: f32, x1: f32, x2: f32, x3: f32) -> u32 {
+    let out: u32;
+    gpu_asm!(
+        "{{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, {b}, {a}; cvt.rn.satfinite.e4m3x2.f32 hi, {d}, {c}; mov.b32 {o}, {{lo, hi}}; }}",
+        o = out(_) out,
+        a = in(_) x0,
+        b = in(_) x1,
+        c = in(_) x2,
+        d = in(_) x3,
+        options(pure, nomem)
+    );
+    out
 }
 
 /// Whether the device takes the PTX math of the `fast_math` paths (a CUDA device; cubecl's
@@ -298,11 +363,12 @@ pub(crate) fn ptx_rcp_approx(x: f32) -> f32 {
 // kernel is expanded, the inner one at run time.
 #[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
+pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     x: &[Vector<E, N>],
     x_words: &[Vector<u32, W>],
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
+    out_words: &mut [Vector<u32, V>],
     amax_partial: &mut [f32],
     rows: usize,
     vecs_per_row: usize,
@@ -497,12 +563,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
                     let scale = inv_rms(sums[r], inv_channels, eps, floor);
                     amax = nan_max(
                         amax,
-                        store_cached_row::<E, G, O, N>(
+                        store_cached_row::<E, G, O, N, V>(
                             &xs,
                             &g_regs,
                             &g_shared,
                             gamma,
                             out,
+                            out_words,
                             r,
                             active,
                             out_base,
@@ -518,12 +585,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
                     let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
                     amax = nan_max(
                         amax,
-                        store_cached_row::<E, G, O, N>(
+                        store_cached_row::<E, G, O, N, V>(
                             &xs,
                             &g_regs,
                             &g_shared,
                             gamma,
                             out,
+                            out_words,
                             r,
                             active,
                             out_base,
@@ -593,10 +661,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
                         let scale = inv_rms(sums[r], inv_channels, eps, floor);
                         amax = nan_max(
                             amax,
-                            store_streamed_row::<E, G, O, N>(
+                            store_streamed_row::<E, G, O, N, V>(
                                 x,
                                 gamma,
                                 out,
+                                out_words,
                                 base,
                                 out_base,
                                 vecs_per_row,
@@ -611,10 +680,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size>(
                         let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
                         amax = nan_max(
                             amax,
-                            store_streamed_row::<E, G, O, N>(
+                            store_streamed_row::<E, G, O, N, V>(
                                 x,
                                 gamma,
                                 out,
+                                out_words,
                                 base,
                                 out_base,
                                 vecs_per_row,
@@ -765,12 +835,13 @@ fn streamed_sum_sq<E: Float, N: Size>(
 /// rows (`prescaled`), so ordinary rows pay nothing for it.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
+fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     xs: &Array<Vector<E, N>>,
     g_regs: &Array<Vector<f32, N>>,
     g_shared: &Shared<[Vector<f32, N>]>,
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
+    out_words: &mut [Vector<u32, V>],
     r: usize,
     active: bool,
     out_base: usize,
@@ -802,8 +873,12 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
             if comptime![prescaled] {
                 v *= pv;
             }
-            let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
+            let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math, cfg.shared_rcp);
+            if comptime![cfg.packed_fp8] {
+                out_words[out_base + j] = e4m3_words::<N, V>(y * Vector::new(out_scale));
+            } else {
+                out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
+            }
             amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         }
     }
@@ -814,10 +889,11 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size>(
 /// variant); `prescaled` as in [`store_cached_row`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
+fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     x: &[Vector<E, N>],
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
+    out_words: &mut [Vector<u32, V>],
     base: usize,
     out_base: usize,
     vecs_per_row: usize,
@@ -838,8 +914,12 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size>(
             v *= pv;
         }
         let g = Vector::<f32, N>::cast_from(gamma[j]);
-        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math);
-        out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
+        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math, cfg.shared_rcp);
+        if comptime![cfg.packed_fp8] {
+            out_words[out_base + j] = e4m3_words::<N, V>(y * Vector::new(out_scale));
+        } else {
+            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
+        }
         amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
         j += lanes;
     }
@@ -923,6 +1003,13 @@ pub fn validate_knobs(
         return bad(format!(
             "fast_math uses PTX instructions and needs a CUDA device (this one: {})",
             props.identity.fingerprint
+        ));
+    }
+    if knobs.shared_rcp && (!knobs.fast_math || !knobs.vector_size.is_multiple_of(2)) {
+        return bad(format!(
+            "shared_rcp (`.fast2`) pairs the sigmoids of a vector: it needs fast_math and an even \
+             vector size (got vector size {})",
+            knobs.vector_size
         ));
     }
     let cfg = knobs.row_config(problem.channels, Activation::Silu);
@@ -1112,6 +1199,9 @@ pub fn launch_forward_to(
     let vector_size = knobs.vector_size;
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
+    cfg.packed_fp8 = cfg.saturating_cast
+        && vector_size.is_multiple_of(4)
+        && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);
     let vecs_per_row = channels / vector_size;
     let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
@@ -1121,6 +1211,13 @@ pub fn launch_forward_to(
     let x_len = (rows - 1) * x_row_stride / vector_size + vecs_per_row;
     let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
     let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);
+    // The output seen as 32-bit words, one vector of words per output vector (packed FP8 only;
+    // the unused view is a 1-element placeholder of the same buffer).
+    let (out_words_per_vector, out_words_len, out_len_typed) = if cfg.packed_fp8 {
+        (vector_size / 4, out_len, 1)
+    } else {
+        (1, 1, out_len)
+    };
 
     // `x` seen as vectors of 32-bit words, one per vector of `x` (prefetch only; validated).
     let (words_per_vector, words_len) = if cfg.prefetch {
@@ -1148,10 +1245,12 @@ pub fn launch_forward_to(
             address_type,
             vector_size,
             words_per_vector,
+            out_words_per_vector,
             BufferArg::from_raw_parts(x.clone(), x_len),
             BufferArg::from_raw_parts(x, words_len),
             BufferArg::from_raw_parts(gamma, vecs_per_row),
-            BufferArg::from_raw_parts(out, out_len),
+            BufferArg::from_raw_parts(out.clone(), out_len_typed),
+            BufferArg::from_raw_parts(out, out_words_len),
             BufferArg::from_raw_parts(partial.clone(), partial_len),
             rows,
             vecs_per_row,

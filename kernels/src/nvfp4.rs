@@ -220,9 +220,11 @@ impl Fp4Config {
             gamma: GammaIn::Global,
             activation: self.activation,
             fast_math: self.fast_math,
+            shared_rcp: false,
             prefetch: false,
             output: Output::Input,
             saturating_cast: false,
+            packed_fp8: false,
         }
     }
 }
@@ -364,7 +366,7 @@ fn block_y<E: Float, G: Float, N: Size>(
             v *= Vector::<f32, N>::new(p);
         }
         let g = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
-        ys[h] = activate::<N>(v * sv * g, cfg.activation, cfg.fast_math);
+        ys[h] = activate::<N>(v * sv * g, cfg.activation, cfg.fast_math, false);
     }
 }
 

@@ -47,12 +47,13 @@ pub fn silu_f64(v: f64) -> f64 {
 }
 
 /// Counts elements outside `|got - want| <= atol + rtol * |want|` (NaN never passes unless both
-/// are NaN). Returns (mismatches, max abs error, max relative error).
+/// are NaN; equal infinities pass). Returns (mismatches, max abs error, max relative error).
 pub fn compare(got: &[f64], want: &[f64], atol: f64, rtol: f64) -> Comparison {
     assert_eq!(got.len(), want.len(), "compared slices differ in length");
     let mut c = Comparison::default();
     for (&g, &w) in got.iter().zip(want) {
-        if g.is_nan() && w.is_nan() {
+        // Equal values (infinities included) and NaN against NaN agree.
+        if (g.is_nan() && w.is_nan()) || g == w {
             continue;
         }
         let err = (g - w).abs();

@@ -133,7 +133,9 @@ pub fn assert_close(got: &[f64], want: &[f64], atol: f64, rtol: f64, what: &str)
             .enumerate()
             .filter(|(_, (g, w))| {
                 let err = (*g - *w).abs();
-                !(g.is_nan() && w.is_nan()) && (err.is_nan() || err > atol + rtol * w.abs())
+                !(g.is_nan() && w.is_nan())
+                    && *g != *w
+                    && (err.is_nan() || err > atol + rtol * w.abs())
             })
             .take(12)
             .map(|(i, (g, w))| format!("[{i}] {g} vs {w}"))
