@@ -221,7 +221,6 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         gamma: GammaIn::Registers,
                         max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
                         fast_math: false,
-                        shared_rcp: false,
                         prefetch: false,
                     });
                 }
@@ -367,19 +366,6 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
         for k in prefetch_variants(client, b.problem, base) {
             consider(k, &mut best);
         }
-    }
-    // The fast SiLU and its pairwise reciprocal on the final layout: which one wins depends on
-    // whether memory or the special-function unit sets the pace (FP8 stores are narrower).
-    let last = best.unwrap().0;
-    for shared_rcp in [false, true] {
-        consider(
-            Knobs {
-                fast_math: true,
-                shared_rcp,
-                ..last
-            },
-            &mut best,
-        );
     }
     let (k, _) = best.unwrap();
     // Re-measure the winner with the full run count.

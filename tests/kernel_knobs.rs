@@ -219,13 +219,32 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         gamma: GammaIn::Registers,
         max_cubes: None,
         fast_math: false,
-        shared_rcp: false,
         prefetch: false,
     }
 }
 
-#[test]
-fn every_knob_path_writes_every_element() {
+/// The knob-path and table tests compile a few hundred kernels; on CUDA that is minutes of
+/// NVRTC in one thread, so each runs as `SHARDS` tests that the harness runs side by side.
+const SHARDS: usize = 4;
+
+/// One `#[test]` per shard of a sharded check.
+macro_rules! sharded {
+    ($check:ident: $($name:ident = $shard:literal),+) => {
+        $(#[test]
+        fn $name() {
+            $check($shard);
+        })+
+    };
+}
+
+sharded!(every_knob_path_writes_every_element:
+    every_knob_path_writes_every_element_0 = 0,
+    every_knob_path_writes_every_element_1 = 1,
+    every_knob_path_writes_every_element_2 = 2,
+    every_knob_path_writes_every_element_3 = 3);
+
+/// Every knob path (cases `i` with `i % SHARDS == shard`) writes every element correctly.
+fn every_knob_path_writes_every_element(shard: usize) {
     use LaneReduce::*;
     // Register cache, streaming, shared-memory lane reduction, several rows per cube, a capped
     // (persistent) grid, every vector width; T and C chosen so rows and vectors have tails.
@@ -299,17 +318,14 @@ fn every_knob_path_writes_every_element() {
             (knobs(8, 8, 16, 0, Plane), 1001, 1000),
             (knobs(4, 64, 2, 2, Shared), 77, 512),
         ] {
-            for shared_rcp in [false, true] {
-                cases.push((
-                    Knobs {
-                        fast_math: true,
-                        shared_rcp,
-                        ..k
-                    },
-                    rows,
-                    channels,
-                ));
-            }
+            cases.push((
+                Knobs {
+                    fast_math: true,
+                    ..k
+                },
+                rows,
+                channels,
+            ));
         }
     }
     // Prefetch (the next row group staged through shared memory) on persistent grids of one
@@ -364,11 +380,10 @@ fn every_knob_path_writes_every_element() {
                 640,
             ),
         ] {
-            for (fast_math, shared_rcp) in [(false, false), (true, false), (true, true)] {
+            for fast_math in [false, true] {
                 cases.push((
                     Knobs {
                         fast_math,
-                        shared_rcp,
                         ..prefetched(k, 132 * 3)
                     },
                     rows,
@@ -384,7 +399,7 @@ fn every_knob_path_writes_every_element() {
         .and_then(|v| v.parse().ok());
     let mut failures = Vec::new();
     for (i, (k, rows, channels)) in cases.into_iter().enumerate() {
-        if only.is_some_and(|o| o != i) {
+        if i % SHARDS != shard || only.is_some_and(|o| o != i) {
             continue;
         }
         for dtype in [DType::BF16, DType::F32, DType::F16] {
@@ -419,19 +434,15 @@ fn silu_edge_values_on_every_silu_path() {
     }
     let x = round_to(&x, DType::F32);
     let gamma = round_to(&gamma, DType::F32);
-    let mut paths = vec![(false, false)];
+    let mut paths = vec![false];
     let mut base = knobs(4, 2, 1, 8, LaneReduce::Shared);
     if on_gpu() {
-        paths.extend([(true, false), (true, true)]);
+        paths.push(true);
         base = knobs(8, 8, 16, 1, LaneReduce::Plane);
     }
     let mut failures = Vec::new();
-    for (fast_math, shared_rcp) in paths {
-        let k = Knobs {
-            fast_math,
-            shared_rcp,
-            ..base
-        };
+    for fast_math in paths {
+        let k = Knobs { fast_math, ..base };
         let inputs = Inputs {
             x: &x,
             gamma: &gamma,
@@ -502,16 +513,8 @@ fn invalid_knobs_are_refused_with_a_reason() {
         let err = validate_knobs(&client, &fast, problem, &[0; 3], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains("needs a CUDA device"), "{err}");
     }
-    // Prefetch stages whole 32-bit words and needs the register cache; shared_rcp pairs the
-    // fast sigmoids of a vector.
+    // Prefetch stages whole 32-bit words and needs the register cache.
     for (k, needle) in [
-        (
-            Knobs {
-                shared_rcp: true,
-                ..knobs(4, 1, 1, 3, LaneReduce::Plane)
-            },
-            "shared_rcp",
-        ),
         (
             Knobs {
                 prefetch: true,
@@ -637,16 +640,23 @@ fn sliced_tensor_through_the_api() {
     assert_close(&values(y), &want, 1e-6, 1e-5, "sliced rows");
 }
 
-/// Every configuration the tuned tables can choose gives the reference answer (on CUDA every
-/// entry runs; on the CPU runtime, whose cubes hold at most a few units and no plane ops, the
-/// entries are checked for validity against a GPU-like device and skipped here).
-#[test]
-fn lut_configurations_match_the_reference() {
+// Every configuration the tuned tables can choose gives the reference answer (on CUDA every
+// entry runs; on the CPU runtime, whose cubes hold at most a few units and no plane ops, the
+// entries are checked for validity against a GPU-like device and skipped here).
+sharded!(lut_configurations_match_the_reference:
+    lut_configurations_match_the_reference_0 = 0,
+    lut_configurations_match_the_reference_1 = 1,
+    lut_configurations_match_the_reference_2 = 2,
+    lut_configurations_match_the_reference_3 = 3);
+
+/// The table entries `i` with `i % SHARDS == shard` (counted over all tables).
+fn lut_configurations_match_the_reference(shard: usize) {
     use rmsnorm_silu_kernels::lut::tables;
     let device = cube_device();
     let client = device.client();
     let sms = client.properties().hardware.num_streaming_multiprocessors;
     let mut ran = 0;
+    let mut index = 0;
     let mut failures = Vec::new();
     for table in tables() {
         // The FP8 entries are knobs of the same kernel: checked here on the bf16 output (the
@@ -656,6 +666,10 @@ fn lut_configurations_match_the_reference() {
             .iter()
             .filter(|e| e.out == "bf16" || e.out == "fp8")
         {
+            index += 1;
+            if (index - 1) % SHARDS != shard {
+                continue;
+            }
             let k = e.knobs_for(sms);
             let problem = RowsProblem::dense(777, e.channels);
             if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {

@@ -155,7 +155,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                 while c < channels {
                     let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]) * pre;
                     let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                    let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math, false);
+                    let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
                     out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                     c += groups;
                 }
@@ -172,7 +172,6 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                                 v * r * Vector::new(g[i]),
                                 cfg.activation,
                                 cfg.fast_math,
-                                false,
                             );
                             out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         }
@@ -182,7 +181,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                     while c < channels {
                         let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
                         let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                        let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math, false);
+                        let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
                         out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         c += groups;
                     }

@@ -206,41 +206,15 @@ pub(crate) fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f
 /// compute-bound on an H200; the reciprocal square root is one special-function instruction
 /// (max error 2 ulp, so `sigmoid` is within ~5 ulp). `e = inf` (v < -88) gives 0, NaN stays NaN.
 ///
-/// `fast_math` (CUDA): `sigmoid(v) = rcp(1 + ex2(-v log2 e))` with PTX approximations, two
-/// special-function instructions per element. `shared_rcp` (with `fast_math`): one reciprocal
-/// for each pair of elements, 1.5 special-function instructions per element instead of 2, for
-/// kernels whose narrow stores (FP8) leave the special-function unit, not memory, to set the
-/// pace. With `u = e^-|v|` in `[0, 1]`, `sigmoid(v) = n / (1 + u)` (`n = 1` for `v >= 0`, `u`
-/// below) and `1 / (1 + u_0) = (1 + u_1) / ((1 + u_0)(1 + u_1))`: the product lies in `[1, 4]`,
-/// so nothing overflows and a NaN or infinity stays in its own element, with the same results
-/// as the unpaired form (`-inf` gives NaN, a huge negative `v` gives -0).
 #[cube]
 pub(crate) fn activate<N: Size>(
     v: Vector<f32, N>,
     #[comptime] activation: Activation,
     #[comptime] fast_math: bool,
-    #[comptime] shared_rcp: bool,
 ) -> Vector<f32, N> {
     let mut y = v;
-    let n = N::value();
     if comptime![activation == Activation::Silu] {
-        if comptime![fast_math && shared_rcp && n % 2 == 0] {
-            #[unroll]
-            for k in 0..comptime![n / 2] {
-                let a = v.extract(2 * k);
-                let b = v.extract(2 * k + 1);
-                // u = e^-|v| in [0, 1] (a NaN gives 1/2^150 = 0: it stays in its own lane).
-                let ua = ptx_ex2_approx(clamp_min(f32::abs(a) * -LOG2_E, -150.0f32));
-                let ub = ptx_ex2_approx(clamp_min(f32::abs(b) * -LOG2_E, -150.0f32));
-                let (da, db) = (1.0f32 + ua, 1.0f32 + ub);
-                let r = ptx_rcp_approx(da * db);
-                // sigmoid(v) = 1 / (1 + u) for v >= 0, u / (1 + u) below.
-                let na = select(a < 0.0f32, ua, 1.0f32);
-                let nb = select(b < 0.0f32, ub, 1.0f32);
-                y.insert(2 * k, a * (na * (db * r)));
-                y.insert(2 * k + 1, b * (nb * (da * r)));
-            }
-        } else if comptime![fast_math] {
+        if comptime![fast_math] {
             #[unroll]
             for k in 0..N::value() {
                 let vk = v.extract(k);
@@ -260,25 +234,21 @@ pub(crate) fn activate<N: Size>(
 
 pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
-/// The value written for `y`: `y` in the output dtype, or the saturated FP8 code of
-/// `y * out_scale` (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast
-/// itself saturates and the clamp is left out (see [`e4m3_words`] for the packed form).
+/// `z` in the output dtype; for FP8 (`z` already multiplied by the scale) the saturated code
+/// (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast itself saturates and
+/// the clamp is left out (see [`e4m3_words`] for the packed form).
 #[cube]
 fn encode<O: Float, N: Size>(
-    y: Vector<f32, N>,
-    out_scale: f32,
+    z: Vector<f32, N>,
     #[comptime] output: Output,
     #[comptime] saturating_cast: bool,
 ) -> Vector<O, N> {
-    let mut v = y;
-    if comptime![output.is_fp8()] {
-        v = y * Vector::new(out_scale);
-        if comptime![!saturating_cast] {
-            let hi = Vector::<f32, N>::new(448.0f32);
-            let lo = Vector::<f32, N>::new(-448.0f32);
-            v = select_many(v.greater_than(&hi), hi, v);
-            v = select_many(v.less_than(&lo), lo, v);
-        }
+    let mut v = z;
+    if comptime![output.is_fp8() && !saturating_cast] {
+        let hi = Vector::<f32, N>::new(448.0f32);
+        let lo = Vector::<f32, N>::new(-448.0f32);
+        v = select_many(v.greater_than(&hi), hi, v);
+        v = select_many(v.less_than(&lo), lo, v);
     }
     Vector::<O, N>::cast_from(v)
 }
@@ -404,6 +374,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     let small = small_eps(eps, floor);
     // max |y| over everything this unit writes (FP8 with amax only).
     let mut amax = 0.0f32;
+    let silu_k = silu_constant(out_scale, cfg);
 
     if comptime![vpl > 0] {
         // The row fits in registers: x is read from memory once.
@@ -577,6 +548,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                             scale,
                             1.0f32,
                             out_scale,
+                            silu_k,
                             cfg,
                             false,
                         ),
@@ -599,6 +571,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                             scale,
                             p,
                             out_scale,
+                            silu_k,
                             cfg,
                             true,
                         ),
@@ -672,6 +645,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                                 scale,
                                 1.0f32,
                                 out_scale,
+                                silu_k,
                                 cfg,
                                 false,
                             ),
@@ -691,6 +665,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                                 scale,
                                 p,
                                 out_scale,
+                                silu_k,
                                 cfg,
                                 true,
                             ),
@@ -830,6 +805,77 @@ fn streamed_sum_sq<E: Float, N: Size>(
     horizontal_sum::<N>(acc)
 }
 
+/// The row scale (`rsqrt(mean + eps)`) the stores multiply by: times `-log2(e)` for the PTX SiLU,
+/// whose input is `t = -y log2(e)` (see [`output_value`]); one multiply per row.
+#[cube]
+pub(crate) fn input_scale(scale: f32, #[comptime] cfg: RowConfig) -> f32 {
+    let mut s = scale;
+    if comptime![cfg.exponent_domain()] {
+        s = scale * -LOG2_E;
+    }
+    s
+}
+
+/// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded in.
+#[cube]
+fn silu_constant(out_scale: f32, #[comptime] cfg: RowConfig) -> f32 {
+    let mut k = f32::new(-LOG2_E);
+    if comptime![cfg.folds_out_scale()] {
+        k = -LOG2_E / out_scale;
+    }
+    k
+}
+
+/// The value written for `u = x * input_scale * gamma`: `act(u)` (the FP8 cast and its scale
+/// follow in [`write_vector`]), or, for the PTX SiLU, `u = t = -y log2(e)` and
+/// `silu(y) * c = t / (k (1 + 2^t))` with `k = -log2(e) / c` ([`silu_constant`]; `c` is the FP8
+/// scale where folded, else 1): `ex2`, one `fma`, `rcp` and one multiply per element, two
+/// multiplies fewer than `y = x s g`, `y log2(e)`, `y * sigmoid`, `* c` (the kernel's issue
+/// slots, not memory, set the pace for FP8 out on an H200). Limits as the plain form: `y = -inf`
+/// gives NaN, a large negative `y` -0, `+inf` stays `+inf`, NaN stays NaN.
+#[cube]
+pub(crate) fn output_value<N: Size>(
+    u: Vector<f32, N>,
+    silu_k: f32,
+    #[comptime] cfg: RowConfig,
+) -> Vector<f32, N> {
+    let mut y = u;
+    if comptime![cfg.exponent_domain()] {
+        #[unroll]
+        for k in 0..N::value() {
+            let t = u.extract(k);
+            let d = fma(ptx_ex2_approx(t), silu_k, silu_k);
+            y.insert(k, t * ptx_rcp_approx(d));
+        }
+    } else {
+        y = activate::<N>(u, cfg.activation, cfg.fast_math);
+    }
+    y
+}
+
+/// Stores `y` (from [`output_value`]) at vector `idx` of the output: cast to the output dtype,
+/// or FP8 codes of `y * out_scale` (unless the scale is already folded in), packed into words
+/// where the device converts pairs ([`e4m3_words`]).
+#[cube]
+fn write_vector<O: Float, N: Size, V: Size>(
+    y: Vector<f32, N>,
+    out: &mut [Vector<O, N>],
+    out_words: &mut [Vector<u32, V>],
+    idx: usize,
+    out_scale: f32,
+    #[comptime] cfg: RowConfig,
+) {
+    let mut z = y;
+    if comptime![cfg.output.is_fp8() && !cfg.folds_out_scale()] {
+        z = y * Vector::new(out_scale);
+    }
+    if comptime![cfg.packed_fp8] {
+        out_words[idx] = e4m3_words::<N, V>(z);
+    } else {
+        out[idx] = encode::<O, N>(z, cfg.output, cfg.saturating_cast);
+    }
+}
+
 /// Writes this lane's share of one row from the register cache:
 /// `act((p * x) * scale * gamma)`, with the multiplication by `p` compiled in only for rescued
 /// rows (`prescaled`), so ordinary rows pay nothing for it.
@@ -849,13 +895,14 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     scale: f32,
     p: f32,
     out_scale: f32,
+    silu_k: f32,
     #[comptime] cfg: RowConfig,
     #[comptime] prescaled: bool,
 ) -> f32 {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
     let lane = UNIT_POS_X as usize;
-    let scale = Vector::<f32, N>::new(scale);
+    let scale = Vector::<f32, N>::new(input_scale(scale, cfg));
     let pv = Vector::<f32, N>::new(p);
     let mut amax = 0.0f32;
     #[unroll]
@@ -873,13 +920,9 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
             if comptime![prescaled] {
                 v *= pv;
             }
-            let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math, cfg.shared_rcp);
-            if comptime![cfg.packed_fp8] {
-                out_words[out_base + j] = e4m3_words::<N, V>(y * Vector::new(out_scale));
-            } else {
-                out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
-            }
+            let y = output_value::<N>(v * scale * g, silu_k, cfg);
             amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
+            write_vector::<O, N, V>(y, out, out_words, out_base + j, out_scale, cfg);
         }
     }
     amax
@@ -900,11 +943,12 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     scale: f32,
     p: f32,
     out_scale: f32,
+    silu_k: f32,
     #[comptime] cfg: RowConfig,
     #[comptime] prescaled: bool,
 ) -> f32 {
     let lanes = comptime![cfg.lanes_per_row as usize];
-    let scale = Vector::<f32, N>::new(scale);
+    let scale = Vector::<f32, N>::new(input_scale(scale, cfg));
     let pv = Vector::<f32, N>::new(p);
     let mut amax = 0.0f32;
     let mut j = UNIT_POS_X as usize;
@@ -914,13 +958,9 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
             v *= pv;
         }
         let g = Vector::<f32, N>::cast_from(gamma[j]);
-        let y = activate::<N>(v * scale * g, cfg.activation, cfg.fast_math, cfg.shared_rcp);
-        if comptime![cfg.packed_fp8] {
-            out_words[out_base + j] = e4m3_words::<N, V>(y * Vector::new(out_scale));
-        } else {
-            out[out_base + j] = encode::<O, N>(y, out_scale, cfg.output, cfg.saturating_cast);
-        }
+        let y = output_value::<N>(v * scale * g, silu_k, cfg);
         amax = nan_max(amax, vector_amax::<N>(y, cfg.output));
+        write_vector::<O, N, V>(y, out, out_words, out_base + j, out_scale, cfg);
         j += lanes;
     }
     amax
@@ -1003,13 +1043,6 @@ pub fn validate_knobs(
         return bad(format!(
             "fast_math uses PTX instructions and needs a CUDA device (this one: {})",
             props.identity.fingerprint
-        ));
-    }
-    if knobs.shared_rcp && (!knobs.fast_math || !knobs.vector_size.is_multiple_of(2)) {
-        return bad(format!(
-            "shared_rcp (`.fast2`) pairs the sigmoids of a vector: it needs fast_math and an even \
-             vector size (got vector size {})",
-            knobs.vector_size
         ));
     }
     let cfg = knobs.row_config(problem.channels, Activation::Silu);

@@ -54,10 +54,6 @@ pub struct Knobs {
     /// per shape (the H200 table picks it for 31 of 55 shapes) and the heuristic uses it on
     /// CUDA devices. Changes the last bits of the SiLU (max relative error ~2^-21).
     pub fast_math: bool,
-    /// With `fast_math`: one reciprocal for each pair of sigmoids (1.5 special-function
-    /// instructions per element instead of 2; see `activate`). Written `.fast2`. For outputs
-    /// narrow enough (FP8) that the special-function unit sets the pace; needs an even vector.
-    pub shared_rcp: bool,
     /// Software pipelining for a persistent grid: while a cube reduces and writes one row group,
     /// the loads of its next group are already in flight, then wait as 32-bit words in the
     /// unit's own shared-memory slots. Why: with one buffer a unit's loads wait behind its own
@@ -77,7 +73,6 @@ pub struct RowConfig {
     pub gamma: GammaIn,
     pub activation: Activation,
     pub fast_math: bool,
-    pub shared_rcp: bool,
     pub prefetch: bool,
     pub output: Output,
     /// The device's cast to FP8 E4M3 saturates (CUDA converts with `__NV_SATFINITE`: ±448 for
@@ -135,10 +130,6 @@ impl Knobs {
             gamma: if cached { self.gamma } else { GammaIn::Global },
             activation,
             fast_math: self.fast_math && activation == Activation::Silu,
-            shared_rcp: self.shared_rcp
-                && self.fast_math
-                && activation == Activation::Silu
-                && self.vector_size.is_multiple_of(2),
             prefetch: self.prefetch && cached,
             output,
             saturating_cast: false,
@@ -147,10 +138,23 @@ impl Knobs {
     }
 }
 
+impl RowConfig {
+    /// The PTX SiLU works on `t = -y log2(e)` (the row scale carries the `-log2(e)`), see
+    /// `forward::output_value`.
+    pub fn exponent_domain(&self) -> bool {
+        self.fast_math && self.activation == Activation::Silu
+    }
+
+    /// The FP8 scale is folded into the PTX SiLU's constant (not with amax, which needs `y`).
+    pub fn folds_out_scale(&self) -> bool {
+        self.exponent_domain() && self.output == Output::Fp8E4M3
+    }
+}
+
 impl core::fmt::Display for Knobs {
     /// Compact form, also accepted by [`Knobs::parse`]:
     /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap; `.fast` appended for
-    /// `fast_math`, `.fast2` for it with `shared_rcp`, then `.pf` for `prefetch`).
+    /// `fast_math`, then `.pf` for `prefetch`).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let reduce = match self.lane_reduce {
             LaneReduce::Plane => "plane",
@@ -175,7 +179,7 @@ impl core::fmt::Display for Knobs {
             None => write!(f, "m-")?,
         }
         if self.fast_math {
-            write!(f, ".fast{}", if self.shared_rcp { "2" } else { "" })?;
+            write!(f, ".fast")?;
         }
         if self.prefetch {
             write!(f, ".pf")?;
@@ -198,10 +202,9 @@ impl Knobs {
             [fields @ .., "pf"] if fields.len() >= 8 => (fields, true),
             fields => (fields, false),
         };
-        let (fields, fast_math, shared_rcp) = match fields {
-            [fields @ .., "fast"] if fields.len() == 8 => (fields, true, false),
-            [fields @ .., "fast2"] if fields.len() == 8 => (fields, true, true),
-            fields => (fields, false, false),
+        let (fields, fast_math) = match fields {
+            [fields @ .., "fast"] if fields.len() == 8 => (fields, true),
+            fields => (fields, false),
         };
         let [v, l, r, u, c, reduce, gamma, m] = fields else {
             return Err(bad());
@@ -233,7 +236,6 @@ impl Knobs {
                 m => Some(num(m, 'm')? as u32),
             },
             fast_math,
-            shared_rcp,
             prefetch,
         })
     }
@@ -255,7 +257,6 @@ mod tests {
             gamma: GammaIn::Shared,
             max_cubes: Some(2112),
             fast_math: false,
-            shared_rcp: false,
             prefetch: false,
         };
         assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
@@ -266,16 +267,13 @@ mod tests {
             ..k
         };
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
-        for (fast_math, shared_rcp, prefetch, tail) in [
-            (true, false, false, ".fast"),
-            (false, false, true, ".pf"),
-            (true, false, true, ".fast.pf"),
-            (true, true, false, ".fast2"),
-            (true, true, true, ".fast2.pf"),
+        for (fast_math, prefetch, tail) in [
+            (true, false, ".fast"),
+            (false, true, ".pf"),
+            (true, true, ".fast.pf"),
         ] {
             let k = Knobs {
                 fast_math,
-                shared_rcp,
                 prefetch,
                 ..k
             };

@@ -25,7 +25,8 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::forward::{
-    ForwardError, RowsProblem, activate, has_ptx_math, horizontal_sum, inv_rms, lane_sums,
+    ForwardError, LOG2_E, RowsProblem, has_ptx_math, horizontal_sum, input_scale, inv_rms,
+    lane_sums, output_value,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
@@ -220,7 +221,6 @@ impl Fp4Config {
             gamma: GammaIn::Global,
             activation: self.activation,
             fast_math: self.fast_math,
-            shared_rcp: false,
             prefetch: false,
             output: Output::Input,
             saturating_cast: false,
@@ -358,7 +358,10 @@ fn block_y<E: Float, G: Float, N: Size>(
     #[comptime] prescaled: bool,
 ) {
     let per_block = comptime![BLOCK / cfg.vector_size];
-    let sv = Vector::<f32, N>::new(scale);
+    // The PTX SiLU in the exponent domain, as the row kernel's (`forward::output_value`).
+    let rows = comptime![cfg.rows()];
+    let sv = Vector::<f32, N>::new(input_scale(scale, rows));
+    let silu_k = f32::new(-LOG2_E);
     #[unroll]
     for h in 0..per_block {
         let mut v = Vector::<f32, N>::cast_from(x_block[first + h]);
@@ -366,7 +369,7 @@ fn block_y<E: Float, G: Float, N: Size>(
             v *= Vector::<f32, N>::new(p);
         }
         let g = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
-        ys[h] = activate::<N>(v * sv * g, cfg.activation, cfg.fast_math, false);
+        ys[h] = output_value::<N>(v * sv * g, silu_k, rows);
     }
 }
 

@@ -318,7 +318,6 @@ pub fn heuristic_knobs(
         max_cubes,
         // The PTX approximations of the SiLU: chosen by the H200 tuner for most shapes.
         fast_math: has_ptx_math(client),
-        shared_rcp: false,
         prefetch: false,
     }
 }
