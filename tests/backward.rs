@@ -367,6 +367,39 @@ fn fused_backward_in_bf16() {
     assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, "bf16 dgamma");
 }
 
+/// The default launcher (`launch_backward`, the device's default knobs) on a C whose bf16
+/// vectors are 2 bytes: on CUDA its default prefetch cannot stage half words, and the launch
+/// must run without it rather than refuse.
+#[test]
+fn default_backward_runs_where_prefetch_cannot() {
+    let mut rng = rng("backward default odd C");
+    let (rows, channels) = (50, 33);
+    let norm = NormParams::rms(1e-6);
+    let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
+    let w = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let device = cube_device();
+    let b = GradientBuffers::upload(&x, &gamma, &w, vec![rows, channels], DType::BF16, &device);
+    launch_backward(
+        &b.x.client,
+        b.x.handle.clone(),
+        b.gamma.handle.clone(),
+        b.dy.handle.clone(),
+        b.dx.handle.clone(),
+        b.dgamma.handle.clone(),
+        elem(DType::BF16),
+        elem(DType::BF16),
+        rows,
+        channels,
+        norm,
+        Activation::Silu,
+    )
+    .expect("the default backward runs for C = 33 in bf16");
+    let (dx_fd, dgamma_fd) = finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
+    assert_close_to_scale(&download(b.dx), &dx_fd, 1e-2, "bf16 dx, C = 33");
+    assert_close_to_scale(&download(b.dgamma), &dgamma_fd, 1e-2, "bf16 dgamma, C = 33");
+}
+
 /// Rows too wide for the kernel's register cache on this device are refused with a reason
 /// (the Burn integration then uses composed ops; `autodiff` tests cover that path).
 #[test]

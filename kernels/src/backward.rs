@@ -359,7 +359,8 @@ pub struct BackwardKnobs {
     /// Units per cube on a GPU (a power of two); the CPU runtime takes its maximum.
     pub units_per_cube: usize,
     /// The next row group's x and dy loaded while the current one is computed, staged through
-    /// shared memory as 32-bit words (the forward's prefetch). Off by default: not yet measured.
+    /// shared memory as 32-bit words (the forward's prefetch). On by default on a GPU
+    /// ([`Self::for_shape`]); needs vectors of whole words and the shared memory to stage them.
     pub prefetch: bool,
 }
 
@@ -377,17 +378,32 @@ impl BackwardKnobs {
         }
     }
 
-    /// The defaults for a `[rows, channels]` backward: on a GPU the sweep winners of the
-    /// `backward` bench on the H200 (2026-11-30, fifth session; C = 96, 192, 384, 1024 x
-    /// T = 24960, 99840, 399360). One vector per lane everywhere but C = 384 at T >= 99840 (the
-    /// register cache of 8 vectors per lane held 192-256 f32 registers: 2.3-3.4x the copy,
-    /// against 1.33-2.0x now); 128 units per cube above C = 256.
+    /// The defaults for a `[rows, channels]` backward: on a GPU the winners of the `backward`
+    /// bench's sweep on the H200 (2026-12-01, sixth session's prefetch included; C = 96, 192,
+    /// 384, 1024 x T = 24960, 99840, 399360): prefetch everywhere (it won 11 of the 12 shapes;
+    /// dropped by [`launch_backward`] where it cannot run), one vector per lane and 256 units per
+    /// cube for the small rows, 128 units above C = 256; 4 vectors per lane (128 units) for
+    /// C = 257..512 at T >= 65536 and for C >= 192 at T >= 200000, 2 for wider rows at
+    /// T >= 65536 (fewer lanes per row, more bytes in flight per lane once the grid is full).
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
-        if is_gpu(client) && channels > 256 {
-            knobs.units_per_cube = 128;
-            if channels <= 512 && rows >= 65_536 {
-                knobs.max_vectors_per_lane = 4;
+        if is_gpu(client) {
+            knobs.prefetch = true;
+            if channels > 256 {
+                knobs.units_per_cube = 128;
+            }
+            let cap = if (channels > 256 && channels <= 512 && rows >= 65_536)
+                || (channels >= 192 && rows >= 200_000)
+            {
+                4
+            } else if channels > 512 && rows >= 65_536 {
+                2
+            } else {
+                1
+            };
+            if cap > 1 {
+                knobs.max_vectors_per_lane = cap;
+                knobs.units_per_cube = 128;
             }
         }
         knobs
@@ -425,21 +441,33 @@ pub fn launch_backward(
     norm: NormParams,
     activation: Activation,
 ) -> Result<(), ForwardError> {
-    launch_backward_with(
-        client,
-        x,
-        gamma,
-        dy,
-        dx,
-        dgamma,
-        x_type,
-        gamma_type,
-        rows,
-        channels,
-        norm,
-        activation,
-        BackwardKnobs::for_shape(client, channels, rows),
-    )
+    let knobs = BackwardKnobs::for_shape(client, channels, rows);
+    let launch = |knobs| {
+        launch_backward_with(
+            client,
+            x.clone(),
+            gamma.clone(),
+            dy.clone(),
+            dx.clone(),
+            dgamma.clone(),
+            x_type,
+            gamma_type,
+            rows,
+            channels,
+            norm,
+            activation,
+            knobs,
+        )
+    };
+    // Prefetch needs whole-word vectors (not odd C in 2-byte types) and the shared memory to
+    // stage them; where the launch refuses it, the same knobs run without it.
+    match launch(knobs) {
+        Err(_) if knobs.prefetch => launch(BackwardKnobs {
+            prefetch: false,
+            ..knobs
+        }),
+        result => result,
+    }
 }
 
 /// [`launch_backward`] with given [`BackwardKnobs`]; `fast_math` off CUDA, a zero cap or a
