@@ -15,7 +15,9 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, activate, has_ptx_math, is_gpu, tree_sum};
+use crate::forward::{
+    ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent, tree_sum,
+};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -151,28 +153,26 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                     Vector::new(eps) * pre * pre,
                     Vector::new(floor) * pre * pre,
                 );
+                let r = position_scale::<N>(r, cfg);
                 let mut c = cy;
                 while c < channels {
                     let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]) * pre;
                     let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                    let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
+                    let y = channels_output::<N>(v * r * gv, cfg);
                     out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                     c += groups;
                 }
             } else {
                 let r =
                     inv_rms_vector::<N>(total, inv_channels, Vector::new(eps), Vector::new(floor));
+                let r = position_scale::<N>(r, cfg);
                 if comptime![cpu > 0] {
                     #[unroll]
                     for i in 0..cpu {
                         let c = cy + i * groups;
                         if c < channels {
                             let v = Vector::<f32, N>::cast_from(xs[i]);
-                            let y = activate::<N>(
-                                v * r * Vector::new(g[i]),
-                                cfg.activation,
-                                cfg.fast_math,
-                            );
+                            let y = channels_output::<N>(v * r * Vector::new(g[i]), cfg);
                             out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         }
                     }
@@ -181,7 +181,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                     while c < channels {
                         let v = Vector::<f32, N>::cast_from(x[x_base + c * x_channel_stride]);
                         let gv = Vector::<f32, N>::new(f32::cast_from(gamma[c]));
-                        let y = activate::<N>(v * r * gv, cfg.activation, cfg.fast_math);
+                        let y = channels_output::<N>(v * r * gv, cfg);
                         out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         c += groups;
                     }
@@ -189,6 +189,27 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
             }
         }
         tile += CUBE_COUNT;
+    }
+}
+
+/// The per-position scale the outputs multiply by: times `-log2(e)` for the PTX SiLU, which
+/// then works on `t = -y log2(e)` as the row kernel's (`forward::output_value`).
+#[cube]
+fn position_scale<N: Size>(r: Vector<f32, N>, #[comptime] cfg: ChannelsConfig) -> Vector<f32, N> {
+    let mut s = r;
+    if comptime![cfg.fast_math && cfg.activation == Activation::Silu] {
+        s = r * Vector::new(-LOG2_E);
+    }
+    s
+}
+
+/// `act(y)` for `u = x * position_scale * gamma` (`u = -y log2(e)` for the PTX SiLU).
+#[cube]
+fn channels_output<N: Size>(u: Vector<f32, N>, #[comptime] cfg: ChannelsConfig) -> Vector<f32, N> {
+    if comptime![cfg.fast_math && cfg.activation == Activation::Silu] {
+        silu_from_exponent::<N>(u, f32::new(-LOG2_E))
+    } else {
+        activate::<N>(u, cfg.activation, cfg.fast_math)
     }
 }
 

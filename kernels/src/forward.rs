@@ -839,16 +839,22 @@ pub(crate) fn output_value<N: Size>(
     silu_k: f32,
     #[comptime] cfg: RowConfig,
 ) -> Vector<f32, N> {
-    let mut y = u;
     if comptime![cfg.exponent_domain()] {
-        #[unroll]
-        for k in 0..N::value() {
-            let t = u.extract(k);
-            let d = fma(ptx_ex2_approx(t), silu_k, silu_k);
-            y.insert(k, t * ptx_rcp_approx(d));
-        }
+        silu_from_exponent::<N>(u, silu_k)
     } else {
-        y = activate::<N>(u, cfg.activation, cfg.fast_math);
+        activate::<N>(u, cfg.activation, cfg.fast_math)
+    }
+}
+
+/// `silu(y) * c` from `t = -y log2(e)` and `k = -log2(e) / c` (PTX; see [`output_value`]).
+#[cube]
+pub(crate) fn silu_from_exponent<N: Size>(t: Vector<f32, N>, k: f32) -> Vector<f32, N> {
+    let mut y = t;
+    #[unroll]
+    for i in 0..N::value() {
+        let ti = t.extract(i);
+        let d = fma(ptx_ex2_approx(ti), k, k);
+        y.insert(i, ti * ptx_rcp_approx(d));
     }
     y
 }
