@@ -222,6 +222,7 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
                         fast_math: false,
                         prefetch: false,
+                        f32_cache: false,
                     });
                 }
             }
@@ -366,6 +367,18 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
         for k in prefetch_variants(client, b.problem, base) {
             consider(k, &mut best);
         }
+    }
+    // The f32 register cache on the final layout (prefetch only): fewer conversions, more
+    // registers.
+    let last = best.unwrap().0;
+    if last.prefetch {
+        consider(
+            Knobs {
+                f32_cache: true,
+                ..last
+            },
+            &mut best,
+        );
     }
     let (k, _) = best.unwrap();
     // Re-measure the winner with the full run count.

@@ -220,6 +220,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         max_cubes: None,
         fast_math: false,
         prefetch: false,
+        f32_cache: false,
     }
 }
 
@@ -352,6 +353,23 @@ fn every_knob_path_writes_every_element(shard: usize) {
         // More cubes than groups: every cube's prologue, no second group.
         (prefetched(knobs(8, 1, 2, 2, Plane), 64), 5, 16),
     ]);
+    // The f32 register cache on the same prefetch paths (bf16 words converted by shifts, f16
+    // and f32 by the cast).
+    let with_f32_cache: Vec<_> = cases
+        .iter()
+        .filter(|(k, _, _)| k.prefetch)
+        .map(|&(k, rows, channels)| {
+            (
+                Knobs {
+                    f32_cache: true,
+                    ..k
+                },
+                rows,
+                channels,
+            )
+        })
+        .collect();
+    cases.extend(with_f32_cache);
     if on_gpu() {
         for (k, rows, channels) in [
             (
@@ -380,10 +398,11 @@ fn every_knob_path_writes_every_element(shard: usize) {
                 640,
             ),
         ] {
-            for fast_math in [false, true] {
+            for (fast_math, f32_cache) in [(false, false), (true, false), (true, true)] {
                 cases.push((
                     Knobs {
                         fast_math,
+                        f32_cache,
                         ..prefetched(k, 132 * 3)
                     },
                     rows,
@@ -513,8 +532,16 @@ fn invalid_knobs_are_refused_with_a_reason() {
         let err = validate_knobs(&client, &fast, problem, &[0; 3], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains("needs a CUDA device"), "{err}");
     }
-    // Prefetch stages whole 32-bit words and needs the register cache.
+    // Prefetch stages whole 32-bit words and needs the register cache; the f32 cache converts
+    // the staged words.
     for (k, needle) in [
+        (
+            Knobs {
+                f32_cache: true,
+                ..knobs(4, 1, 1, 3, LaneReduce::Plane)
+            },
+            "needs prefetch",
+        ),
         (
             Knobs {
                 prefetch: true,

@@ -58,6 +58,7 @@ fn main() {
     // As `launch_forward_to` sets it for a CUDA device.
     cfg.saturating_cast = fp8;
     cfg.packed_fp8 = fp8;
+    cfg.bf16_input = true;
     let settings = KernelSettings::new(
         *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
         ExecutionMode::Unchecked,

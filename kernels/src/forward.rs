@@ -414,7 +414,17 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             GammaIn::Global => {}
         }
 
-        let mut xs = Array::<Vector<E, N>>::new(comptime![vpl * rows_per_unit]);
+        // The register cache: the input dtype, or f32 (`f32_cache`); the other is a stub.
+        let mut xs = Array::<Vector<E, N>>::new(comptime![if cfg.f32_cache {
+            1
+        } else {
+            vpl * rows_per_unit
+        }]);
+        let mut xf = Array::<Vector<f32, N>>::new(comptime![if cfg.f32_cache {
+            vpl * rows_per_unit
+        } else {
+            1
+        }]);
         // Prefetch: the next group's rows arrive in registers while this group is computed,
         // then wait in this unit's own slots of shared memory (no other unit reads them, so no
         // barrier) until the next iteration. Staging them in shared memory instead of a second
@@ -463,7 +473,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 }
                 #[unroll]
                 for k in 0..slots {
-                    xs[k] = Vector::<E, N>::reinterpret(staged[k * units + unit]);
+                    if comptime![cfg.f32_cache] {
+                        xf[k] = staged_to_f32::<E, N, W>(staged[k * units + unit], cfg);
+                    } else {
+                        xs[k] = Vector::<E, N>::reinterpret(staged[k * units + unit]);
+                    }
                 }
                 #[unroll]
                 for r in 0..rows_per_unit {
@@ -472,7 +486,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     #[unroll]
                     for i in 0..vpl {
                         if active && lane + i * lanes < vecs_per_row {
-                            let f = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
+                            let f = cached::<E, N>(&xs, &xf, r * vpl + i, cfg);
                             acc += f * f;
                         }
                     }
@@ -513,7 +527,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     for i in 0..vpl {
                         let j = lane + i * lanes;
                         if active && j < vecs_per_row {
-                            let f = Vector::<f32, N>::cast_from(xs[r * vpl + i]) * p;
+                            let f = cached::<E, N>(&xs, &xf, r * vpl + i, cfg) * p;
                             acc += f * f;
                         }
                     }
@@ -536,6 +550,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         amax,
                         store_cached_row::<E, G, O, N, V>(
                             &xs,
+                            &xf,
                             &g_regs,
                             &g_shared,
                             gamma,
@@ -559,6 +574,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         amax,
                         store_cached_row::<E, G, O, N, V>(
                             &xs,
+                            &xf,
                             &g_regs,
                             &g_shared,
                             gamma,
@@ -780,6 +796,44 @@ fn load_rows<W: Size>(
     }
 }
 
+/// Slot `k` of the register cache in f32 (converted here, or already f32 with `f32_cache`).
+#[cube]
+fn cached<E: Float, N: Size>(
+    xs: &Array<Vector<E, N>>,
+    xf: &Array<Vector<f32, N>>,
+    k: usize,
+    #[comptime] cfg: RowConfig,
+) -> Vector<f32, N> {
+    if comptime![cfg.f32_cache] {
+        xf[k]
+    } else {
+        Vector::<f32, N>::cast_from(xs[k])
+    }
+}
+
+/// A staged vector of words as f32 values: bf16 by integer operations on each word (element
+/// `2w` is the low half, `2w + 1` the high half: `w << 16` and `w & 0xffff0000` are their f32
+/// bits, one instruction each; the compiler's bf16 members cost a byte permute more for the
+/// high halves), other dtypes by the plain cast.
+#[cube]
+fn staged_to_f32<E: Float, N: Size, W: Size>(
+    words: Vector<u32, W>,
+    #[comptime] cfg: RowConfig,
+) -> Vector<f32, N> {
+    if comptime![cfg.bf16_input] {
+        let mut f = Vector::<f32, N>::new(0.0f32);
+        #[unroll]
+        for w in 0..W::value() {
+            let word = words.extract(w);
+            f.insert(2 * w, f32::reinterpret(word << 16u32));
+            f.insert(2 * w + 1, f32::reinterpret(word & 0xffff_0000u32));
+        }
+        f
+    } else {
+        Vector::<f32, N>::cast_from(Vector::<E, N>::reinterpret(words))
+    }
+}
+
 /// This lane's share of `sum((p * x)^2)` over one row, read from global memory (the streaming
 /// variant); 0 for an inactive row.
 #[cube]
@@ -889,6 +943,7 @@ fn write_vector<O: Float, N: Size, V: Size>(
 #[cube]
 fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     xs: &Array<Vector<E, N>>,
+    xf: &Array<Vector<f32, N>>,
     g_regs: &Array<Vector<f32, N>>,
     g_shared: &Shared<[Vector<f32, N>]>,
     gamma: &[Vector<G, N>],
@@ -922,7 +977,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
                 GammaIn::Shared => g = g_shared[j],
                 GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
             }
-            let mut v = Vector::<f32, N>::cast_from(xs[r * vpl + i]);
+            let mut v = cached::<E, N>(xs, xf, r * vpl + i, cfg);
             if comptime![prescaled] {
                 v *= pv;
             }
@@ -1069,6 +1124,12 @@ pub fn validate_knobs(
     }
     if knobs.max_cubes == Some(0) {
         return bad("max_cubes must be at least 1".into());
+    }
+    if knobs.f32_cache && !knobs.prefetch {
+        return bad(
+            "f32_cache (`.f32`) converts the words staged by prefetch: it needs prefetch (`.pf`)"
+                .into(),
+        );
     }
     if knobs.prefetch {
         let x_bytes = elem_sizes.first().copied().unwrap_or(0) * knobs.vector_size;
@@ -1238,6 +1299,7 @@ pub fn launch_forward_to(
     let vector_size = knobs.vector_size;
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
+    cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
     cfg.packed_fp8 = cfg.saturating_cast
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);

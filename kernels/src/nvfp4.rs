@@ -222,6 +222,8 @@ impl Fp4Config {
             activation: self.activation,
             fast_math: self.fast_math,
             prefetch: false,
+            f32_cache: false,
+            bf16_input: false,
             output: Output::Input,
             saturating_cast: false,
             packed_fp8: false,

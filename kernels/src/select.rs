@@ -228,6 +228,7 @@ pub fn table_derived_knobs(
         k,
         Knobs {
             prefetch: false,
+            f32_cache: false,
             ..k
         },
     ]
@@ -319,6 +320,7 @@ pub fn heuristic_knobs(
         // The PTX approximations of the SiLU: chosen by the H200 tuner for most shapes.
         fast_math: has_ptx_math(client),
         prefetch: false,
+        f32_cache: false,
     }
 }
 
