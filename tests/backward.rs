@@ -342,16 +342,22 @@ fn every_backward_knob_setting_matches_finite_differences() {
     }
 }
 
+/// Fresh bf16-representable x, gamma (in [0.5, 2]) and upstream gradient w for `[rows, C]`.
+fn bf16_inputs(test: &str, rows: usize, channels: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut rng = rng(test);
+    let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
+    let w = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    (x, gamma, w)
+}
+
 /// bf16 in and out (fp32 inside): against the f64 finite differences of the same bf16 inputs,
 /// within bf16 output rounding.
 #[test]
 fn fused_backward_in_bf16() {
-    let mut rng = rng("backward bf16");
     let (rows, channels) = (9, 256);
     let norm = NormParams::rms(1e-6);
-    let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
-    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
-    let w = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let (x, gamma, w) = bf16_inputs("backward bf16", rows, channels);
     let (dx, dgamma) = fused_gradients(
         &x,
         &gamma,
@@ -372,12 +378,9 @@ fn fused_backward_in_bf16() {
 /// must run without it rather than refuse.
 #[test]
 fn default_backward_runs_where_prefetch_cannot() {
-    let mut rng = rng("backward default odd C");
     let (rows, channels) = (50, 33);
     let norm = NormParams::rms(1e-6);
-    let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
-    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
-    let w = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let (x, gamma, w) = bf16_inputs("backward default odd C", rows, channels);
     let device = cube_device();
     let b = GradientBuffers::upload(&x, &gamma, &w, vec![rows, channels], DType::BF16, &device);
     launch_backward(

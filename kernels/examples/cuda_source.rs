@@ -2,6 +2,7 @@
 //! without a GPU (to read what the compiler will see: vector widths, the math, the loops).
 //!
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- nvfp4 v8.l4.r32.b3.plane.m-.fast [C]`
 
 use std::sync::Arc;
 
@@ -13,6 +14,9 @@ use cubecl::prelude::*;
 use cubecl_cpp::{shared::CompilationOptions, shared::CppCompiler, target::Cuda};
 use cubecl_runtime::compiler::Compiler;
 use rmsnorm_silu_kernels::forward::rms_norm_rows;
+use rmsnorm_silu_kernels::nvfp4::{
+    Fp4Config, Fp4Knobs, Fp4Recipe, ScaleLayout, rms_norm_nvfp4_rows,
+};
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::{Activation, Knobs};
 
@@ -49,6 +53,10 @@ fn properties() -> Arc<DeviceProperties> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "nvfp4") {
+        nvfp4(&args[1..]);
+        return;
+    }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
         .unwrap_or_else(|e| panic!("{e}"));
     let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
@@ -104,6 +112,58 @@ fn main() {
                 bf16
             },
         ],
+    );
+    let source = CppCompiler::<Cuda>::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .expect("compile")
+        .source;
+    println!("{source}");
+}
+
+/// The NVFP4 row kernel (TransformerEngine recipe, row-major scales, bf16 in) for given knobs.
+fn nvfp4(args: &[String]) {
+    let knobs = Fp4Knobs::parse(args.first().map_or("v8.l4.r32.b3.plane.m-.fast", |s| s))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
+    let blocks = channels / 16;
+    let cached =
+        knobs.blocks_per_lane > 0 && knobs.lanes_per_row as usize * knobs.blocks_per_lane >= blocks;
+    let cfg = Fp4Config {
+        vector_size: knobs.vector_size,
+        lanes_per_row: knobs.lanes_per_row,
+        rows_per_cube: knobs.rows_per_cube,
+        blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },
+        lane_reduce: knobs.lane_reduce,
+        activation: Activation::Silu,
+        fast_math: knobs.fast_math,
+        recipe: Fp4Recipe::TransformerEngine,
+        layout: ScaleLayout::RowMajor,
+    };
+    let settings = KernelSettings::new(
+        *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    );
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let kernel = rms_norm_nvfp4_rows::RmsNormNvfp4Rows::new(
+        settings,
+        properties(),
+        Arc::new(TargetProperties::default()),
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        knobs.vector_size,
+        cfg,
+        [bf16, bf16, ElemType::Float(FloatKind::E4M3)],
     );
     let source = CppCompiler::<Cuda>::default()
         .compile(kernel.define(), &CompilationOptions::default())
