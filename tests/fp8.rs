@@ -75,6 +75,68 @@ fn fp8_codes_match_the_host_quantiser() {
     }
 }
 
+/// Scales at both ends of the f32 range: 2^-100, 2^100 (the largest the PTX SiLU folds into
+/// its constant) and 3e38 (not folded); gamma holds zeros, so some `y` are exactly 0 and must
+/// give code 0 (not NaN from `0 * inf`), and every other code follows the host quantiser
+/// (saturated at +-448 for the large scales).
+#[test]
+fn fp8_extreme_scales_keep_zeros_and_saturate() {
+    let device = cube_device();
+    let mut rng = rng("fp8 extreme scales");
+    let (rows, channels) = (23, 64);
+    let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
+    let mut gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
+    for c in [0, 9, 33] {
+        gamma[c] = 0.0;
+    }
+    let norm = NormParams::rms(1e-6);
+    let want = reference(&x, &gamma, norm, Activation::Silu);
+    for scale in [7.888_609e-31f32, 1.267_650_6e30, 3.0e38] {
+        let xt = upload(&x, vec![rows, channels], DType::BF16, &device);
+        let gt = upload(&gamma, vec![channels], DType::BF16, &device);
+        let client = xt.client.clone();
+        let out = client.create_from_slice(&vec![0x7Fu8; rows * channels]);
+        let problem = RowsProblem::dense(rows, channels);
+        let knobs = select_knobs(&client, problem, 2, 2, 256);
+        launch_forward_fp8(
+            &client,
+            xt.handle.clone(),
+            gt.handle.clone(),
+            out.clone(),
+            elem(DType::BF16),
+            elem(DType::BF16),
+            problem,
+            norm,
+            Activation::Silu,
+            scale,
+            &knobs,
+        )
+        .unwrap();
+        let bytes = client.read_one_unchecked(out).to_vec();
+        let mut differing = 0;
+        for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
+            let code = e4m3_encode((y * scale as f64) as f32);
+            if y == 0.0 {
+                assert_eq!(
+                    got & 0x7f,
+                    0,
+                    "element {i}: y = 0 at scale {scale} gave {got:#04x}"
+                );
+            } else if got != code {
+                differing += 1;
+                assert!(
+                    (got as i32 - code as i32).abs() == 1,
+                    "element {i}, scale {scale}: kernel {got:#04x} vs host {code:#04x}"
+                );
+            }
+        }
+        assert!(
+            differing * 1000 <= rows * channels,
+            "scale {scale}: {differing} codes differ by one"
+        );
+    }
+}
+
 /// The public API: a `QFloat` tensor (E4M3, per-tensor scale 1/scale) whose Burn
 /// `dequantize()` gives the host quantiser's `decode(encode(y * scale)) / scale` on the CubeCL
 /// device (the fused kernel quantises), and cuDNN's tolerance: dequantised within

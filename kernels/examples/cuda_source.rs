@@ -67,6 +67,7 @@ fn main() {
     cfg.saturating_cast = fp8;
     cfg.packed_fp8 = fp8;
     cfg.bf16_input = true;
+    cfg.scale_foldable = fp8;
     let settings = KernelSettings::new(
         *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
         ExecutionMode::Unchecked,

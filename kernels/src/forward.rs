@@ -1300,6 +1300,7 @@ pub fn launch_forward_to(
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
+    cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
     cfg.packed_fp8 = cfg.saturating_cast
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);

@@ -91,6 +91,10 @@ pub struct RowConfig {
     /// FP8 codes converted in pairs by PTX `cvt.rn.satfinite.e4m3x2.f32` into whole words
     /// (CUDA sm_89+, 4 or 8 elements per vector). Set at launch; same codes as the scalar cast.
     pub packed_fp8: bool,
+    /// The FP8 scale may be folded into the PTX SiLU's constant `k = -log2(e) / scale`: set at
+    /// launch for scales up to [`RowConfig::MAX_FOLDED_SCALE`], where `k` stays a normal float
+    /// (a larger scale would make `k` subnormal, flushed to zero, and `0 * inf` a NaN code).
+    pub scale_foldable: bool,
 }
 
 impl Knobs {
@@ -144,6 +148,7 @@ impl Knobs {
             output,
             saturating_cast: false,
             packed_fp8: false,
+            scale_foldable: false,
         }
     }
 }
@@ -155,9 +160,13 @@ impl RowConfig {
         self.fast_math && self.activation == Activation::Silu
     }
 
-    /// The FP8 scale is folded into the PTX SiLU's constant (not with amax, which needs `y`).
+    /// `2^100`: the largest FP8 scale folded into the SiLU's constant.
+    pub const MAX_FOLDED_SCALE: f32 = 1.267_650_6e30;
+
+    /// The FP8 scale is folded into the PTX SiLU's constant (not with amax, which needs `y`,
+    /// nor for scales above [`Self::MAX_FOLDED_SCALE`]).
     pub fn folds_out_scale(&self) -> bool {
-        self.exponent_domain() && self.output == Output::Fp8E4M3
+        self.exponent_domain() && self.output == Output::Fp8E4M3 && self.scale_foldable
     }
 }
 

@@ -227,6 +227,7 @@ impl Fp4Config {
             output: Output::Input,
             saturating_cast: false,
             packed_fp8: false,
+            scale_foldable: false,
         }
     }
 }
