@@ -9,9 +9,42 @@ use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, select_knobs};
 use crate::common::*;
 use crate::kernel_knobs::{cube_device, elem, upload};
 
+/// The FP8 codes the row kernel writes (with the device's selected knobs) for bf16 `x` and
+/// `gamma` of `[rows, C]`, into an output poisoned with the NaN code.
+fn fp8_codes(
+    x: &[f64],
+    gamma: &[f64],
+    rows: usize,
+    channels: usize,
+    norm: NormParams,
+    scale: f32,
+) -> Vec<u8> {
+    let device = cube_device();
+    let xt = upload(x, vec![rows, channels], DType::BF16, &device);
+    let gt = upload(gamma, vec![channels], DType::BF16, &device);
+    let client = xt.client.clone();
+    let out = client.create_from_slice(&vec![0x7Fu8; rows * channels]);
+    let problem = RowsProblem::dense(rows, channels);
+    let knobs = select_knobs(&client, problem, 2, 2, 256);
+    launch_forward_fp8(
+        &client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        out.clone(),
+        elem(DType::BF16),
+        elem(DType::BF16),
+        problem,
+        norm,
+        Activation::Silu,
+        scale,
+        &knobs,
+    )
+    .unwrap();
+    client.read_one_unchecked(out).to_vec()
+}
+
 #[test]
 fn fp8_codes_match_the_host_quantiser() {
-    let device = cube_device();
     let mut rng = rng("fp8");
     for (rows, channels, scale) in [
         (37, 96, 1.0f32),
@@ -22,29 +55,8 @@ fn fp8_codes_match_the_host_quantiser() {
         let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
         let norm = NormParams::rms(eps);
         let want = reference(&x, &gamma, norm, Activation::Silu);
-        let xt = upload(&x, vec![rows, channels], DType::BF16, &device);
-        let gt = upload(&gamma, vec![channels], DType::BF16, &device);
-        let client = xt.client.clone();
         let n = rows * channels;
-        // Poison: the NaN code everywhere.
-        let out = client.create_from_slice(&vec![0x7Fu8; n]);
-        let problem = RowsProblem::dense(rows, channels);
-        let knobs = select_knobs(&client, problem, 2, 2, 256);
-        launch_forward_fp8(
-            &client,
-            xt.handle.clone(),
-            gt.handle.clone(),
-            out.clone(),
-            elem(DType::BF16),
-            elem(DType::BF16),
-            problem,
-            norm,
-            Activation::Silu,
-            scale,
-            &knobs,
-        )
-        .unwrap();
-        let bytes = client.read_one_unchecked(out).to_vec();
+        let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale);
         assert_eq!(bytes.len(), n);
         let mut differing = 0;
         for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
@@ -81,7 +93,6 @@ fn fp8_codes_match_the_host_quantiser() {
 /// (saturated at +-448 for the large scales).
 #[test]
 fn fp8_extreme_scales_keep_zeros_and_saturate() {
-    let device = cube_device();
     let mut rng = rng("fp8 extreme scales");
     let (rows, channels) = (23, 64);
     let x = round_to(&randn(&mut rng, rows * channels), DType::BF16);
@@ -92,27 +103,7 @@ fn fp8_extreme_scales_keep_zeros_and_saturate() {
     let norm = NormParams::rms(1e-6);
     let want = reference(&x, &gamma, norm, Activation::Silu);
     for scale in [7.888_609e-31f32, 1.267_650_6e30, 3.0e38] {
-        let xt = upload(&x, vec![rows, channels], DType::BF16, &device);
-        let gt = upload(&gamma, vec![channels], DType::BF16, &device);
-        let client = xt.client.clone();
-        let out = client.create_from_slice(&vec![0x7Fu8; rows * channels]);
-        let problem = RowsProblem::dense(rows, channels);
-        let knobs = select_knobs(&client, problem, 2, 2, 256);
-        launch_forward_fp8(
-            &client,
-            xt.handle.clone(),
-            gt.handle.clone(),
-            out.clone(),
-            elem(DType::BF16),
-            elem(DType::BF16),
-            problem,
-            norm,
-            Activation::Silu,
-            scale,
-            &knobs,
-        )
-        .unwrap();
-        let bytes = client.read_one_unchecked(out).to_vec();
+        let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale);
         let mut differing = 0;
         for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
             let code = e4m3_encode((y * scale as f64) as f32);

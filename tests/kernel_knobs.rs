@@ -224,28 +224,8 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
     }
 }
 
-/// The knob-path and table tests compile a few hundred kernels; on CUDA that is minutes of
-/// NVRTC in one thread, so each runs as `SHARDS` tests that the harness runs side by side.
-const SHARDS: usize = 4;
-
-/// One `#[test]` per shard of a sharded check.
-macro_rules! sharded {
-    ($check:ident: $($name:ident = $shard:literal),+) => {
-        $(#[test]
-        fn $name() {
-            $check($shard);
-        })+
-    };
-}
-
-sharded!(every_knob_path_writes_every_element:
-    every_knob_path_writes_every_element_0 = 0,
-    every_knob_path_writes_every_element_1 = 1,
-    every_knob_path_writes_every_element_2 = 2,
-    every_knob_path_writes_every_element_3 = 3);
-
-/// Every knob path (cases `i` with `i % SHARDS == shard`) writes every element correctly.
-fn every_knob_path_writes_every_element(shard: usize) {
+#[test]
+fn every_knob_path_writes_every_element() {
     use LaneReduce::*;
     // Register cache, streaming, shared-memory lane reduction, several rows per cube, a capped
     // (persistent) grid, every vector width; T and C chosen so rows and vectors have tails.
@@ -418,7 +398,7 @@ fn every_knob_path_writes_every_element(shard: usize) {
         .and_then(|v| v.parse().ok());
     let mut failures = Vec::new();
     for (i, (k, rows, channels)) in cases.into_iter().enumerate() {
-        if i % SHARDS != shard || only.is_some_and(|o| o != i) {
+        if only.is_some_and(|o| o != i) {
             continue;
         }
         for dtype in [DType::BF16, DType::F32, DType::F16] {
@@ -667,23 +647,16 @@ fn sliced_tensor_through_the_api() {
     assert_close(&values(y), &want, 1e-6, 1e-5, "sliced rows");
 }
 
-// Every configuration the tuned tables can choose gives the reference answer (on CUDA every
-// entry runs; on the CPU runtime, whose cubes hold at most a few units and no plane ops, the
-// entries are checked for validity against a GPU-like device and skipped here).
-sharded!(lut_configurations_match_the_reference:
-    lut_configurations_match_the_reference_0 = 0,
-    lut_configurations_match_the_reference_1 = 1,
-    lut_configurations_match_the_reference_2 = 2,
-    lut_configurations_match_the_reference_3 = 3);
-
-/// The table entries `i` with `i % SHARDS == shard` (counted over all tables).
-fn lut_configurations_match_the_reference(shard: usize) {
+/// Every configuration the tuned tables can choose gives the reference answer (on CUDA every
+/// entry runs; on the CPU runtime, whose cubes hold at most a few units and no plane ops, the
+/// entries are checked for validity against a GPU-like device and skipped here).
+#[test]
+fn lut_configurations_match_the_reference() {
     use rmsnorm_silu_kernels::lut::tables;
     let device = cube_device();
     let client = device.client();
     let sms = client.properties().hardware.num_streaming_multiprocessors;
     let mut ran = 0;
-    let mut index = 0;
     let mut failures = Vec::new();
     for table in tables() {
         // The FP8 entries are knobs of the same kernel: checked here on the bf16 output (the
@@ -693,10 +666,6 @@ fn lut_configurations_match_the_reference(shard: usize) {
             .iter()
             .filter(|e| e.out == "bf16" || e.out == "fp8")
         {
-            index += 1;
-            if (index - 1) % SHARDS != shard {
-                continue;
-            }
             let k = e.knobs_for(sms);
             let problem = RowsProblem::dense(777, e.channels);
             if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {

@@ -51,6 +51,24 @@ fn properties() -> Arc<DeviceProperties> {
     ))
 }
 
+/// A `lanes x rows` cube, unchecked, 32-bit addresses.
+fn cube_settings(lanes: u32, rows: u32) -> KernelSettings {
+    KernelSettings::new(
+        *CubeDim::new_2d(lanes, rows),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    )
+}
+
+/// Prints the CUDA C++ that cubecl generates for `definition`.
+fn print_cuda(definition: KernelDefinition) {
+    let source = CppCompiler::<Cuda>::default()
+        .compile(definition, &CompilationOptions::default())
+        .expect("compile")
+        .source;
+    println!("{source}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().is_some_and(|a| a == "nvfp4") {
@@ -68,11 +86,7 @@ fn main() {
     cfg.packed_fp8 = fp8;
     cfg.bf16_input = true;
     cfg.scale_foldable = fp8;
-    let settings = KernelSettings::new(
-        *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
-        ExecutionMode::Unchecked,
-        AddressType::U32,
-    );
+    let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_rows::RmsNormRows::new(
         settings,
@@ -114,11 +128,7 @@ fn main() {
             },
         ],
     );
-    let source = CppCompiler::<Cuda>::default()
-        .compile(kernel.define(), &CompilationOptions::default())
-        .expect("compile")
-        .source;
-    println!("{source}");
+    print_cuda(kernel.define());
 }
 
 /// The NVFP4 row kernel (TransformerEngine recipe, row-major scales, bf16 in) for given knobs.
@@ -140,11 +150,7 @@ fn nvfp4(args: &[String]) {
         recipe: Fp4Recipe::TransformerEngine,
         layout: ScaleLayout::RowMajor,
     };
-    let settings = KernelSettings::new(
-        *CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
-        ExecutionMode::Unchecked,
-        AddressType::U32,
-    );
+    let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_nvfp4_rows::RmsNormNvfp4Rows::new(
         settings,
@@ -166,9 +172,5 @@ fn nvfp4(args: &[String]) {
         cfg,
         [bf16, bf16, ElemType::Float(FloatKind::E4M3)],
     );
-    let source = CppCompiler::<Cuda>::default()
-        .compile(kernel.define(), &CompilationOptions::default())
-        .expect("compile")
-        .source;
-    println!("{source}");
+    print_cuda(kernel.define());
 }
