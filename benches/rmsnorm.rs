@@ -504,6 +504,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             position_units: 256,
             channel_groups: 1,
             channels_per_unit: 0,
+            max_vector: 0,
             activation: Activation::Silu,
             fast_math: false,
         };
@@ -540,7 +541,7 @@ fn channels(timer: &mut Timer, args: &Args) {
         }
         // A sweep of the launch shape with the PTX SiLU: position units x channel groups, the
         // channels of a unit cached (at most 32) or walked twice; best reported.
-        let sweep = channels_sweep(&client, c);
+        let sweep = channels_sweep(&client, c, false);
         let best = fastest(timer, sweep.iter().copied(), 20, |cfg| {
             launch_forward(Some(cfg))
         });
@@ -619,12 +620,10 @@ fn channels(timer: &mut Timer, args: &Args) {
             "channels-first backward",
             backward / copy3
         );
-        // The backward over the cached launch shapes of the sweep.
-        let cached = sweep
-            .iter()
-            .copied()
-            .filter(|cfg| cfg.channels_per_unit > 0);
-        let best = fastest(timer, cached, 20, |cfg| launch_backward(Some(cfg)));
+        // The backward over its own sweep (every channel cached).
+        let best = fastest(timer, channels_sweep(&client, c, true), 20, |cfg| {
+            launch_backward(Some(cfg))
+        });
         if let Some((cfg, us)) = best {
             writeln!(
                 csv,
@@ -668,43 +667,58 @@ fn fastest<K: Copy, E>(
 }
 
 /// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
-/// where the device has it): 32..256 position units x 1..16 channel groups (at most 256 units),
-/// each with the unit's channels cached in registers (when at most 32) or walked twice.
+/// where the device has it): vectors of 2, 4 or 8 positions x 8..256 position units x 1..64
+/// channel groups (64 to 256 units a cube), each with the unit's channels cached in registers
+/// where they fit a budget (forward: 256 bf16 values; backward, which keeps x and dy as f32 and
+/// gamma and its gradient per channel: about 192 registers) and, for the forward with
+/// 8-position vectors, walked twice.
 fn channels_sweep(
     client: &Client,
     channels: usize,
+    backward: bool,
 ) -> Vec<burn_rmsnorm_silu::kernels::channels::ChannelsConfig> {
     use burn_rmsnorm_silu::kernels::channels::ChannelsConfig;
     let fast_math = burn_rmsnorm_silu::kernels::forward::has_ptx_math(client);
     let mut out = Vec::new();
-    for px in [32u32, 64, 128, 256] {
-        for groups in [1u32, 2, 4, 8, 16] {
-            if px * groups > 256 {
-                continue;
-            }
-            let per_unit = channels.div_ceil(groups as usize);
-            let cached = [per_unit, 0];
-            for channels_per_unit in cached.into_iter().filter(|&k| k <= 32) {
-                out.push(ChannelsConfig {
-                    position_units: px,
-                    channel_groups: groups,
-                    channels_per_unit,
-                    activation: Activation::Silu,
-                    fast_math,
-                });
+    for max_vector in [2usize, 4, 8] {
+        for px in [8u32, 16, 32, 64, 128, 256] {
+            for groups in [1u32, 2, 4, 8, 16, 32, 64] {
+                if !(64..=256).contains(&(px * groups)) {
+                    continue;
+                }
+                let per_unit = channels.div_ceil(groups as usize);
+                let fits = if backward {
+                    per_unit * (2 * max_vector + 2) <= 192
+                } else {
+                    per_unit * max_vector <= 256
+                };
+                let walked = !backward && max_vector == 8;
+                let options = [(fits, per_unit), (walked, 0)];
+                for (_, channels_per_unit) in options.into_iter().filter(|(ok, _)| *ok) {
+                    out.push(ChannelsConfig {
+                        position_units: px,
+                        channel_groups: groups,
+                        channels_per_unit,
+                        max_vector,
+                        activation: Activation::Silu,
+                        fast_math,
+                    });
+                }
             }
         }
     }
     out
 }
 
-/// `p128.g4.k24.fast`: position units, channel groups, channels cached per unit (0: walked).
+/// `p128.g4.k24.v2.fast`: position units, channel groups, channels cached per unit (0:
+/// walked), positions per vector at most.
 fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::ChannelsConfig) -> String {
     format!(
-        "p{}.g{}.k{}{}",
+        "p{}.g{}.k{}.v{}{}",
         cfg.position_units,
         cfg.channel_groups,
         cfg.channels_per_unit,
+        cfg.max_vector,
         if cfg.fast_math { ".fast" } else { "" }
     )
 }

@@ -280,8 +280,9 @@ fn gamma_must_match_the_axis() {
 }
 
 /// Every launch shape of the channels-first kernel (one or several position units and channel
-/// groups, channels cached in registers or walked twice) writes every element of a NaN-filled
-/// output correctly, for C and S that do not divide the tile.
+/// groups, channels cached in registers or walked twice, gamma in registers or shared memory,
+/// vectors of 1 to 4 positions) writes every element of a NaN-filled output correctly, for C
+/// and S that do not divide the tile; a vector cap that is not a power of two is refused.
 #[test]
 fn every_channels_config_writes_every_element() {
     use crate::kernel_knobs::{cube_device, download, elem, upload};
@@ -300,8 +301,11 @@ fn every_channels_config_writes_every_element() {
         let want = reference_dim(&x, &shape, 1, &gamma, norm, Activation::Silu);
         let max_units = device.client().properties().hardware.max_units_per_cube;
         let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
-        for (position_units, channel_groups) in
-            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
+        // The vector cap cycles through the widest, 2 and 1 positions (S = 64 in f32 allows 4).
+        for (k, (position_units, channel_groups)) in shapes
+            .into_iter()
+            .filter(|(p, g)| p * g <= max_units)
+            .enumerate()
         {
             let cached = channels.div_ceil(channel_groups as usize);
             for channels_per_unit in [0, cached] {
@@ -309,6 +313,7 @@ fn every_channels_config_writes_every_element() {
                     position_units,
                     channel_groups,
                     channels_per_unit,
+                    max_vector: [0, 2, 1][k % 3],
                     activation: Activation::Silu,
                     fast_math: false,
                 };
@@ -329,12 +334,32 @@ fn every_channels_config_writes_every_element() {
                 )
                 .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 assert_close(
-                    &download(out),
+                    &download(out.clone()),
                     &want,
                     1e-5,
                     1e-5,
                     &format!("{shape:?} {cfg:?}"),
                 );
+                if k == 0 && channels_per_unit == 0 {
+                    let err = launch_channels_with(
+                        &xt.client,
+                        xt.handle.clone(),
+                        gt.handle.clone(),
+                        out.handle.clone(),
+                        elem(dtype),
+                        elem(dtype),
+                        ChannelsProblem::dense(batches, channels, positions),
+                        norm,
+                        Activation::Silu,
+                        Some(ChannelsConfig {
+                            max_vector: 3,
+                            ..cfg
+                        }),
+                    )
+                    .expect_err("max_vector 3 must be refused")
+                    .to_string();
+                    assert!(err.contains("max_vector 3"), "{err}");
+                }
             }
         }
     }
@@ -387,13 +412,16 @@ fn every_channels_backward_config_matches_the_row_backward() {
         )
         .expect("row backward");
         let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
-        for (position_units, channel_groups) in
-            shapes.into_iter().filter(|(p, g)| p * g <= max_units)
+        for (k, (position_units, channel_groups)) in shapes
+            .into_iter()
+            .filter(|(p, g)| p * g <= max_units)
+            .enumerate()
         {
             let cfg = ChannelsConfig {
                 position_units,
                 channel_groups,
                 channels_per_unit: channels.div_ceil(channel_groups as usize),
+                max_vector: [0, 2, 1][k % 3],
                 activation: Activation::Silu,
                 fast_math: false,
             };

@@ -3,6 +3,9 @@
 //!
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- nvfp4 v8.l4.r32.b3.plane.m-.fast [C]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2 [backward]`
+//! (channels-first: position units, channel groups, channels cached per unit, positions per
+//! vector; PTX SiLU)
 
 use std::sync::Arc;
 
@@ -13,6 +16,9 @@ use cubecl::ir::{
 use cubecl::prelude::*;
 use cubecl_cpp::{shared::CompilationOptions, shared::CppCompiler, target::Cuda};
 use cubecl_runtime::compiler::Compiler;
+use rmsnorm_silu_kernels::channels::{
+    ChannelsConfig, rms_norm_channels, rms_norm_channels_backward,
+};
 use rmsnorm_silu_kernels::forward::rms_norm_rows;
 use rmsnorm_silu_kernels::nvfp4::{
     Fp4Config, Fp4Knobs, Fp4Recipe, ScaleLayout, rms_norm_nvfp4_rows,
@@ -73,6 +79,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().is_some_and(|a| a == "nvfp4") {
         nvfp4(&args[1..]);
+        return;
+    }
+    if args.first().is_some_and(|a| a == "channels") {
+        channels(&args[1..]);
         return;
     }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
@@ -173,4 +183,75 @@ fn nvfp4(args: &[String]) {
         [bf16, bf16, ElemType::Float(FloatKind::E4M3)],
     );
     print_cuda(kernel.define());
+}
+
+/// The channels-first forward or backward (bf16) for a launch shape `pX.gY.kZ.vW`.
+fn channels(args: &[String]) {
+    let label = args.first().map_or("p128.g1.k96.v2", |s| s);
+    let field = |prefix: char| -> usize {
+        label
+            .split('.')
+            .find_map(|part| part.strip_prefix(prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("`{label}` needs a `{prefix}<number>` part"))
+    };
+    let cfg = ChannelsConfig {
+        position_units: field('p') as u32,
+        channel_groups: field('g') as u32,
+        channels_per_unit: field('k'),
+        max_vector: field('v'),
+        activation: Activation::Silu,
+        fast_math: true,
+    };
+    let settings = cube_settings(cfg.position_units, cfg.channel_groups);
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let buffer = || BufferCompilationArg { inplace: None };
+    if args.get(1).is_some_and(|a| a == "backward") {
+        let kernel = rms_norm_channels_backward::RmsNormChannelsBackward::new(
+            settings,
+            properties(),
+            Arc::new(TargetProperties::default()),
+            buffer(),
+            buffer(),
+            buffer(),
+            buffer(),
+            buffer(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            cfg.max_vector,
+            cfg,
+            [bf16, bf16],
+        );
+        print_cuda(kernel.define());
+    } else {
+        let kernel = rms_norm_channels::RmsNormChannels::new(
+            settings,
+            properties(),
+            Arc::new(TargetProperties::default()),
+            buffer(),
+            buffer(),
+            buffer(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            cfg.max_vector,
+            cfg,
+            [bf16, bf16],
+        );
+        print_cuda(kernel.define());
+    }
 }

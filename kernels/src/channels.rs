@@ -22,6 +22,10 @@ use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
 
+/// Channels whose gamma a unit of the forward keeps in registers; a longer cache reads gamma
+/// from shared memory (the registers go to x).
+const GAMMA_REGISTERS: usize = 16;
+
 /// `batches x channels x positions`, positions contiguous. Strides are in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChannelsProblem {
@@ -59,6 +63,10 @@ pub struct ChannelsConfig {
     pub channel_groups: u32,
     /// Channels each unit keeps in registers (x read once); 0 walks C twice from memory.
     pub channels_per_unit: usize,
+    /// At most this many positions per unit vector (a power of two; 0: the widest the layout
+    /// allows). Narrow vectors let a unit keep many channels in registers: 96 channels of 2
+    /// bf16 positions are 96 registers, of 8 positions 384.
+    pub max_vector: usize,
     pub activation: Activation,
     /// PTX SiLU and SiLU' (CUDA only), as the row kernel's `fast_math` knob; the heuristics
     /// take it on CUDA (`cargo bench --bench rmsnorm -- channels` times both).
@@ -93,10 +101,14 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
     let small = small_eps(eps, floor);
-    // This unit's gamma, kept for every tile it visits.
-    let mut g = Array::<f32>::new(cache);
+    // This unit's gamma, kept for every tile it visits: in registers for a few channels, else
+    // (a long register cache of x) in shared memory as f32, filled once per cube.
+    let gamma_in_registers = comptime![cpu <= GAMMA_REGISTERS];
+    let mut g = Array::<f32>::new(comptime![if gamma_in_registers { cache } else { 1 }]);
+    let mut g_shared =
+        Shared::<[f32]>::new_slice(comptime![if gamma_in_registers { 1 } else { cpu * groups }]);
     let mut xs = Array::<Vector<E, N>>::new(cache);
-    if comptime![cpu > 0] {
+    if comptime![cpu > 0 && gamma_in_registers] {
         #[unroll]
         for i in 0..cpu {
             let c = cy + i * groups;
@@ -105,6 +117,18 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                 g[i] = f32::cast_from(gamma[c]);
             }
         }
+    }
+    if comptime![!gamma_in_registers] {
+        let units = comptime![px * groups];
+        let mut c = cy * px + ux;
+        while c < comptime![cpu * groups] {
+            g_shared[c] = 0.0f32;
+            if c < channels {
+                g_shared[c] = f32::cast_from(gamma[c]);
+            }
+            c += units;
+        }
+        sync_cube();
     }
     let mut tile = CUBE_POS;
     while tile < tiles {
@@ -116,13 +140,23 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
         // This unit's share of the sum of squares (its channels cached when they fit).
         let mut acc = Vector::<f32, N>::new(0.0f32);
         if comptime![cpu > 0] {
+            // Every load unconditional (an inactive position or a channel past C reads a valid
+            // element that is not used), so that all `cpu` loads are in flight together:
+            // predicated loads were issued six at a time (the SM's seven predicate registers).
+            // The addresses are a chain from the tile's base (not a per-channel offset that the
+            // compiler would hoist out of the tile loop into `cpu` registers).
+            let p_load = if active { p } else { position_vectors - 1 };
+            let mut at = batch * x_batch_stride + p_load + cy * x_channel_stride;
+            let last = x.len() - 1;
             #[unroll]
             for i in 0..cpu {
-                let c = cy + i * groups;
-                if active && c < channels {
-                    let v = x[x_base + c * x_channel_stride];
-                    xs[i] = v;
-                    let f = Vector::<f32, N>::cast_from(v);
+                xs[i] = x[if at < last { at } else { last }];
+                at += groups * x_channel_stride;
+            }
+            #[unroll]
+            for i in 0..cpu {
+                if cy + i * groups < channels {
+                    let f = Vector::<f32, N>::cast_from(xs[i]);
                     acc += f * f;
                 }
             }
@@ -172,7 +206,12 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                         let c = cy + i * groups;
                         if c < channels {
                             let v = Vector::<f32, N>::cast_from(xs[i]);
-                            let y = channels_output::<N>(v * r * Vector::new(g[i]), cfg);
+                            let gi = if comptime![gamma_in_registers] {
+                                g[i]
+                            } else {
+                                g_shared[c]
+                            };
+                            let y = channels_output::<N>(v * r * Vector::new(gi), cfg);
                             out[out_base + c * out_channel_stride] = Vector::<E, N>::cast_from(y);
                         }
                     }
@@ -290,41 +329,48 @@ pub fn launch_channels_with(
         p.out_channel_stride,
     ];
     let offsets = [&x, &out].map(|h| (h.offset_start.unwrap_or(0), x_type.size()));
-    let vector_size = widest_vector(client, x_type.size(), &strides, &offsets);
+    let widest = widest_vector(client, x_type.size(), &strides, &offsets);
     if p.x_channel_stride < p.positions || p.out_channel_stride < p.positions {
         return Err(ForwardError::InvalidKnobs(format!(
             "channel strides ({}, {}) must be >= the positions per channel {}",
             p.x_channel_stride, p.out_channel_stride, p.positions
         )));
     }
+    let config = match config {
+        Some(cfg) => cfg,
+        None => channels_config(
+            client,
+            p.channels,
+            p.batches * p.positions,
+            widest,
+            activation,
+        ),
+    };
+    let vector_size = vector_for(widest, &config)?;
     let position_vectors = p.positions / vector_size;
-    let cfg = match config {
-        Some(cfg) => {
-            let units = cfg.position_units * cfg.channel_groups;
-            if !cfg.channel_groups.is_power_of_two()
-                || cfg.position_units == 0
-                || units > hw.max_units_per_cube
-            {
-                return Err(ForwardError::InvalidKnobs(format!(
-                    "channels config {cfg:?}: channel groups must be a power of two and the cube \
-                     at most {} units",
-                    hw.max_units_per_cube
-                )));
-            }
-            if cfg.fast_math && !has_ptx_math(client) {
-                return Err(ForwardError::InvalidKnobs(
-                    "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
-                ));
-            }
-            let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
-            ChannelsConfig {
-                channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
-                activation,
-                fast_math: cfg.fast_math && activation == Activation::Silu,
-                ..cfg
-            }
-        }
-        None => channels_config(client, p.channels, p.batches * position_vectors, activation),
+    let cfg = config;
+    let units = cfg.position_units * cfg.channel_groups;
+    if !cfg.channel_groups.is_power_of_two()
+        || cfg.position_units == 0
+        || units > hw.max_units_per_cube
+    {
+        return Err(ForwardError::InvalidKnobs(format!(
+            "channels config {cfg:?}: channel groups must be a power of two and the cube at \
+             most {} units",
+            hw.max_units_per_cube
+        )));
+    }
+    if cfg.fast_math && !has_ptx_math(client) {
+        return Err(ForwardError::InvalidKnobs(
+            "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
+        ));
+    }
+    let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
+    let cfg = ChannelsConfig {
+        channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
+        activation,
+        fast_math: cfg.fast_math && activation == Activation::Silu,
+        ..cfg
     };
     let px = cfg.position_units as usize;
     let tiles_per_batch = position_vectors.div_ceil(px);
@@ -368,16 +414,31 @@ pub fn launch_channels_with(
     Ok(())
 }
 
-/// The channels-first launch shape for `channels` and `position_vectors` vectors of positions in
-/// all: with at least 64 position vectors per SM (GPU), one unit per position vector, C walked
-/// twice; otherwise [`tiled_channels_config`].
+/// The positions per unit vector: the widest the layout allows (`widest`), at most the
+/// config's `max_vector` (0: no limit), which must be a power of two.
+fn vector_for(widest: usize, cfg: &ChannelsConfig) -> Result<usize, ForwardError> {
+    match cfg.max_vector {
+        0 => Ok(widest),
+        v if v.is_power_of_two() => Ok(widest.min(v)),
+        v => Err(ForwardError::InvalidKnobs(format!(
+            "channels config: max_vector {v} must be 0 (the widest) or a power of two"
+        ))),
+    }
+}
+
+/// The channels-first launch shape for `channels` and `positions` positions in all (over the
+/// batches), whose layout allows vectors of `widest` positions: with at least 64 position
+/// vectors per SM (GPU), one unit per position vector, C walked twice; otherwise
+/// [`tiled_channels_config`].
 pub fn channels_config(
     client: &Client,
     channels: usize,
-    position_vectors: usize,
+    positions: usize,
+    widest: usize,
     activation: Activation,
 ) -> ChannelsConfig {
     let limits = ChannelsLimits::of(client);
+    let position_vectors = positions / widest;
     // Many positions: one unit per position vector walking C twice (no barriers) measured
     // faster on the H200 than the tiled form ([1, 96, 4, 480, 832]: 239 vs 465 us;
     // [1, 192, 4, 240, 416]: 208 vs 239 us); few positions need the tiles ([1, 384, 1, 60,
@@ -392,6 +453,7 @@ pub fn channels_config(
             position_units: if wide { 32 } else { limits.max_units as u32 },
             channel_groups: if wide { 4 } else { 1 },
             channels_per_unit: 0,
+            max_vector: 0,
             activation,
             fast_math: limits.ptx_math,
         };
@@ -423,6 +485,7 @@ pub fn tiled_channels_config(
         position_units: px as u32,
         channel_groups: groups as u32,
         channels_per_unit: if per_unit <= limits.cap { per_unit } else { 0 },
+        max_vector: 0,
         activation,
         fast_math: limits.ptx_math,
     }
@@ -524,16 +587,26 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
         let active = p < position_vectors;
         let base = batch * batch_stride + p;
         let mut acc = Vector::<f32, N>::new(0.0f32);
+        // Unconditional loads (as the forward's: all in flight together, addresses chained);
+        // an inactive position or a channel past C reads a valid element that is not used (a
+        // channel past C is zeroed).
+        let p_load = if active { p } else { position_vectors - 1 };
+        let mut at = batch * batch_stride + p_load + cy * channel_stride;
+        let last = x.len() - 1;
         #[unroll]
         for i in 0..cpu {
-            let c = cy + i * groups;
-            xs[i] = Vector::<f32, N>::new(0.0f32);
-            dus[i] = Vector::<f32, N>::new(0.0f32);
-            if active && c < channels {
-                xs[i] = Vector::<f32, N>::cast_from(x[base + c * channel_stride]);
-                dus[i] = Vector::<f32, N>::cast_from(dy[base + c * channel_stride]);
-                acc += xs[i] * xs[i];
+            let a = if at < last { at } else { last };
+            xs[i] = Vector::<f32, N>::cast_from(x[a]);
+            dus[i] = Vector::<f32, N>::cast_from(dy[a]);
+            at += groups * channel_stride;
+        }
+        #[unroll]
+        for i in 0..cpu {
+            if cy + i * groups >= channels {
+                xs[i] = Vector::<f32, N>::new(0.0f32);
+                dus[i] = Vector::<f32, N>::new(0.0f32);
             }
+            acc += xs[i] * xs[i];
         }
         let sum_sq = channel_groups_sum::<N>(acc, &mut shared, px, groups);
         let d = sum_sq * Vector::new(inv_channels) + Vector::new(eps);
@@ -603,10 +676,11 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
 pub fn channels_backward_config(
     client: &Client,
     channels: usize,
-    position_vectors: usize,
+    positions: usize,
+    widest: usize,
     activation: Activation,
 ) -> Option<ChannelsConfig> {
-    let cfg = tiled_channels_config(client, channels, position_vectors, activation);
+    let cfg = tiled_channels_config(client, channels, positions / widest, activation);
     (cfg.channels_per_unit > 0).then_some(cfg)
 }
 
@@ -636,22 +710,26 @@ pub fn launch_channels_backward(
     }
     let hw = &client.properties().hardware;
     let offsets = [&x, &dy, &dx].map(|h| (h.offset_start.unwrap_or(0), x_type.size()));
-    let vector_size = widest_vector(client, x_type.size(), &[positions], &offsets);
-    let position_vectors = positions / vector_size;
+    let widest = widest_vector(client, x_type.size(), &[positions], &offsets);
     let cfg = match config {
         Some(cfg) => ChannelsConfig { activation, ..cfg },
-        None => {
-            match channels_backward_config(client, channels, batches * position_vectors, activation)
-            {
-                Some(cfg) => cfg,
-                None => {
-                    return refuse(format!(
-                        "channels backward: C = {channels} is too wide for the register cache"
-                    ));
-                }
+        None => match channels_backward_config(
+            client,
+            channels,
+            batches * positions,
+            widest,
+            activation,
+        ) {
+            Some(cfg) => cfg,
+            None => {
+                return refuse(format!(
+                    "channels backward: C = {channels} is too wide for the register cache"
+                ));
             }
-        }
+        },
     };
+    let vector_size = vector_for(widest, &cfg)?;
+    let position_vectors = positions / vector_size;
     if cfg.fast_math && !has_ptx_math(client) {
         return refuse(
             "channels backward: fast_math uses PTX instructions and needs a CUDA device".into(),
