@@ -480,6 +480,7 @@ fn channels(timer: &mut Timer, args: &Args) {
         tiled_channels_config,
     };
     let client = timer.client.clone();
+    let sweep_channels = std::env::var("RMSNORM_CHANNELS_SWEEP").map_or(true, |v| v != "0");
     let shapes = [
         [1usize, 96, 4, 480, 832],
         [1, 192, 4, 240, 416],
@@ -539,9 +540,13 @@ fn channels(timer: &mut Timer, args: &Args) {
             let time = median(&timer.time(2, 50, || launch_forward(cfg).expect("channels launch")));
             results.push((label, time));
         }
-        // A sweep of the launch shape with the PTX SiLU: position units x channel groups, the
-        // channels of a unit cached (at most 32) or walked twice; best reported.
-        let sweep = channels_sweep(&client, c, false);
+        // A sweep of the launch shape with the PTX SiLU (`channels_sweep`), best reported;
+        // `RMSNORM_CHANNELS_SWEEP=0` skips it (forward and backward).
+        let sweep = if sweep_channels {
+            channels_sweep(&client, c, false)
+        } else {
+            Vec::new()
+        };
         let best = fastest(timer, sweep.iter().copied(), 20, |cfg| {
             launch_forward(Some(cfg))
         });
@@ -621,9 +626,12 @@ fn channels(timer: &mut Timer, args: &Args) {
             backward / copy3
         );
         // The backward over its own sweep (every channel cached).
-        let best = fastest(timer, channels_sweep(&client, c, true), 20, |cfg| {
-            launch_backward(Some(cfg))
-        });
+        let backward_sweep = if sweep_channels {
+            channels_sweep(&client, c, true)
+        } else {
+            Vec::new()
+        };
+        let best = fastest(timer, backward_sweep, 20, |cfg| launch_backward(Some(cfg)));
         if let Some((cfg, us)) = best {
             writeln!(
                 csv,
