@@ -427,9 +427,16 @@ fn vector_for(widest: usize, cfg: &ChannelsConfig) -> Result<usize, ForwardError
 }
 
 /// The channels-first launch shape for `channels` and `positions` positions in all (over the
-/// batches), whose layout allows vectors of `widest` positions: with at least 64 position
-/// vectors per SM (GPU), one unit per position vector, C walked twice; otherwise
-/// [`tiled_channels_config`].
+/// batches), whose layout allows vectors of `widest` positions: [`tiled_channels_config`], with
+/// vectors of at most 2 positions when there are fewer than 16 widest vectors per SM (GPU).
+///
+/// Measured on the H200 (2026-12-01, `cargo bench --bench rmsnorm -- channels`, whose sweep
+/// covers vectors of 2-8 positions, 8-256 position units and 1-64 channel groups): once its
+/// loads were unconditional, the tiled form is within 1% of the sweep's best on
+/// `[1, 96, 4, 480, 832]` (167 us, 1.06x copy) and `[1, 192, 4, 240, 416]` (88 us, 1.06x),
+/// where the walked form (one unit per position vector, C read twice from memory) took 1.46x;
+/// `[1, 384, 1, 60, 104]` (780 vectors of 8 positions) is fastest with 2-position vectors
+/// (9.3 us, 4x the units, vs 10.5 us).
 pub fn channels_config(
     client: &Client,
     channels: usize,
@@ -438,27 +445,18 @@ pub fn channels_config(
     activation: Activation,
 ) -> ChannelsConfig {
     let limits = ChannelsLimits::of(client);
-    let position_vectors = positions / widest;
-    // Many positions: one unit per position vector walking C twice (no barriers) measured
-    // faster on the H200 than the tiled form ([1, 96, 4, 480, 832]: 239 vs 465 us;
-    // [1, 192, 4, 240, 416]: 208 vs 239 us); few positions need the tiles ([1, 384, 1, 60,
-    // 104]: 15 vs 206 us).
-    // From C = 192 on, 4 channel groups of 32 position units each (C walked twice per group,
-    // one barrier per position vector) beat it: [1, 192, 4, 240, 416] 121 vs 154 us (the
-    // `channels` bench's sweep, H200, 2026-11-30, fifth session); at C = 96 one group stays
-    // best (232 us, within 1% of the sweep's best).
-    if limits.gpu && position_vectors >= 64 * limits.sms {
-        let wide = channels >= 192 && limits.max_units >= 128;
-        return ChannelsConfig {
-            position_units: if wide { 32 } else { limits.max_units as u32 },
-            channel_groups: if wide { 4 } else { 1 },
-            channels_per_unit: 0,
-            max_vector: 0,
+    let narrow = limits.gpu && positions / widest < 16 * limits.sms;
+    let vector = if narrow { widest.min(2) } else { widest };
+    ChannelsConfig {
+        max_vector: if narrow { vector } else { 0 },
+        ..tiled_shape(
+            &limits,
+            channels,
+            positions / vector,
+            limits.cap,
             activation,
-            fast_math: limits.ptx_math,
-        };
+        )
     }
-    tiled_channels_config(client, channels, position_vectors, activation)
 }
 
 /// The tiled launch shape: enough channel groups that a unit caches at most 16 channels (64 on
@@ -472,8 +470,19 @@ pub fn tiled_channels_config(
     activation: Activation,
 ) -> ChannelsConfig {
     let limits = ChannelsLimits::of(client);
+    tiled_shape(&limits, channels, position_vectors, limits.cap, activation)
+}
+
+/// [`tiled_channels_config`] with at most `cap` channels cached per unit.
+fn tiled_shape(
+    limits: &ChannelsLimits,
+    channels: usize,
+    position_vectors: usize,
+    cap: usize,
+    activation: Activation,
+) -> ChannelsConfig {
     let groups = channels
-        .div_ceil(limits.cap)
+        .div_ceil(cap)
         .next_power_of_two()
         .clamp(1, 64.min(limits.max_units));
     let per_unit = channels.div_ceil(groups);
@@ -484,7 +493,7 @@ pub fn tiled_channels_config(
     ChannelsConfig {
         position_units: px as u32,
         channel_groups: groups as u32,
-        channels_per_unit: if per_unit <= limits.cap { per_unit } else { 0 },
+        channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
         max_vector: 0,
         activation,
         fast_math: limits.ptx_math,
@@ -673,6 +682,12 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
 /// The channels-first backward's launch shape: [`tiled_channels_config`] with every channel of
 /// a unit in registers; `None` when C is wider than that (the caller falls back to composed
 /// ops).
+///
+/// On a GPU, up to C = 192: 6 channels per unit with vectors of at most 4 positions (the unit
+/// keeps x and dy in f32: 12 channels of 8 positions spilled); the `channels` bench's sweep on
+/// the H200 (2026-12-01): `[1, 96, 4, 480, 832]` 619 -> 341 us (1.46x the copy of its 6 bytes
+/// per element), `[1, 192, 4, 240, 416]` 336 -> 195 us (1.61x). Wider C keep the 16-channel
+/// cap (`[1, 384, 1, 60, 104]`: 24.9 us, faster than every cached shape of the sweep).
 pub fn channels_backward_config(
     client: &Client,
     channels: usize,
@@ -680,7 +695,30 @@ pub fn channels_backward_config(
     widest: usize,
     activation: Activation,
 ) -> Option<ChannelsConfig> {
-    let cfg = tiled_channels_config(client, channels, positions / widest, activation);
+    const NARROW_CAP: usize = 6;
+    let limits = ChannelsLimits::of(client);
+    let narrow = limits.gpu && channels.div_ceil(NARROW_CAP).next_power_of_two() <= 32;
+    let cfg = if narrow {
+        let vector = widest.min(4);
+        ChannelsConfig {
+            max_vector: vector,
+            ..tiled_shape(
+                &limits,
+                channels,
+                positions / vector,
+                NARROW_CAP,
+                activation,
+            )
+        }
+    } else {
+        tiled_shape(
+            &limits,
+            channels,
+            positions / widest,
+            limits.cap,
+            activation,
+        )
+    };
     (cfg.channels_per_unit > 0).then_some(cfg)
 }
 
