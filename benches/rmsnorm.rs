@@ -506,6 +506,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             channel_groups: 1,
             channels_per_unit: 0,
             max_vector: 0,
+            plane_groups: 1,
             activation: Activation::Silu,
             fast_math: false,
         };
@@ -708,6 +709,7 @@ fn channels_sweep(
                         channel_groups: groups,
                         channels_per_unit,
                         max_vector,
+                        plane_groups: 1,
                         activation: Activation::Silu,
                         fast_math,
                     });

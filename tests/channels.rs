@@ -314,6 +314,7 @@ fn every_channels_config_writes_every_element() {
                     channel_groups,
                     channels_per_unit,
                     max_vector: [0, 2, 1][k % 3],
+                    plane_groups: 1,
                     activation: Activation::Silu,
                     fast_math: false,
                 };
@@ -422,6 +423,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 channel_groups,
                 channels_per_unit: channels.div_ceil(channel_groups as usize),
                 max_vector: [0, 2, 1][k % 3],
+                plane_groups: 1,
                 activation: Activation::Silu,
                 fast_math: false,
             };

@@ -199,6 +199,7 @@ fn channels(args: &[String]) {
         channel_groups: field('g') as u32,
         channels_per_unit: field('k'),
         max_vector: field('v'),
+        plane_groups: field('g').min(32 / field('p').clamp(1, 32)) as u32,
         activation: Activation::Silu,
         fast_math: true,
     };

@@ -15,9 +15,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{
-    ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent, tree_sum,
-};
+use crate::forward::{ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -67,6 +65,9 @@ pub struct ChannelsConfig {
     /// allows). Narrow vectors let a unit keep many channels in registers: 96 channels of 2
     /// bf16 positions are 96 registers, of 8 positions 384.
     pub max_vector: usize,
+    /// Channel groups summed with plane shuffles before the shared-memory step (set by the
+    /// launch: `32 / position_units` groups share a plane of 32 units on a GPU; 1 elsewhere).
+    pub plane_groups: u32,
     pub activation: Activation,
     /// PTX SiLU and SiLU' (CUDA only), as the row kernel's `fast_math` knob; the heuristics
     /// take it on CUDA (`cargo bench --bench rmsnorm -- channels` times both).
@@ -97,7 +98,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     let groups = comptime![cfg.channel_groups as usize];
     let cpu = comptime![cfg.channels_per_unit];
     let cache = comptime![if cpu > 0 { cpu } else { 1 }];
-    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![group_sum_len(cfg)]);
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
     let small = small_eps(eps, floor);
@@ -131,6 +132,7 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
         sync_cube();
     }
     let mut tile = CUBE_POS;
+    let mut parity = 0usize;
     while tile < tiles {
         let batch = tile / tiles_per_batch;
         let p = (tile % tiles_per_batch) * px + ux;
@@ -169,7 +171,8 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
             }
         }
         // The channel groups meet in a fixed tree; one group needs no shared memory.
-        let total = channel_groups_sum::<N>(acc, &mut shared, px, groups);
+        let total = channel_groups_sum::<N>(acc, &mut shared, parity, cfg);
+        parity = 1 - parity;
         if active {
             // Rare: positions whose fp32 total left the normal range are summed again, by this
             // unit alone over all C, with exactly scaled values (see `crate::rescue`).
@@ -370,6 +373,7 @@ pub fn launch_channels_with(
         channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
         activation,
         fast_math: cfg.fast_math && activation == Activation::Silu,
+        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
         ..cfg
     };
     let px = cfg.position_units as usize;
@@ -412,6 +416,20 @@ pub fn launch_channels_with(
         );
     }
     Ok(())
+}
+
+/// How many channel groups of a position share a plane (see [`channel_groups_sum`]): units are
+/// numbered `cy * position_units + ux`, so with planes of exactly 32 units and a power-of-two
+/// `position_units` below 32, `32 / position_units` consecutive groups do; 1 without plane
+/// operations (the CPU runtime).
+fn plane_groups(client: &Client, position_units: u32, channel_groups: u32) -> u32 {
+    let hw = &client.properties().hardware;
+    let planes_of_32 = is_gpu(client) && hw.plane_size_min == 32 && hw.plane_size_max == 32;
+    if planes_of_32 && position_units.is_power_of_two() && position_units < 32 {
+        (32 / position_units).min(channel_groups)
+    } else {
+        1
+    }
 }
 
 /// The positions per unit vector: the widest the layout allows (`widest`), at most the
@@ -495,6 +513,7 @@ fn tiled_shape(
         channel_groups: groups as u32,
         channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
         max_vector: 0,
+        plane_groups: 1,
         activation,
         fast_math: limits.ptx_math,
     }
@@ -529,18 +548,56 @@ impl ChannelsLimits {
     }
 }
 
-/// Sum over the channel groups of a cube column ([`tree_sum`] along `y`); every unit gets its
-/// column's total. All units of the cube must call it (uniformly).
+/// Sum over the channel groups of a cube column; every unit gets its column's total, the same
+/// value in every unit (a fixed order). All units of the cube must call it (uniformly).
+///
+/// The `plane_groups` groups of a plane first meet in a shuffle butterfly (no barrier); one
+/// unit per plane and position then writes the plane's sum to shared memory, and after one
+/// barrier every unit adds the planes' sums in order. The two halves of `shared` alternate
+/// (`buffer` 0 or 1): a unit writes one half only after the barrier of the other half, which
+/// every unit passes after reading this one, so one barrier per sum suffices (a tree took
+/// `log2(groups) + 2`).
 #[cube]
 fn channel_groups_sum<N: Size>(
     v: Vector<f32, N>,
     shared: &mut Shared<[Vector<f32, N>]>,
-    #[comptime] px: usize,
-    #[comptime] groups: usize,
+    buffer: usize,
+    #[comptime] cfg: ChannelsConfig,
 ) -> Vector<f32, N> {
+    let px = comptime![cfg.position_units as usize];
+    let groups = comptime![cfg.channel_groups as usize];
+    let in_plane = comptime![cfg.plane_groups as usize];
+    let planes = comptime![groups / in_plane];
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
-    tree_sum::<N>(v, shared, cy * px + ux, cy, px, groups)
+    let mut total = v;
+    if comptime![in_plane > 1] {
+        let steps = comptime![(in_plane as u32).trailing_zeros()];
+        #[unroll]
+        for k in 0..steps {
+            let other = plane_shuffle_xor(total, comptime![(px << k) as u32]);
+            total += other;
+        }
+    }
+    if comptime![planes > 1] {
+        let half = buffer * comptime![planes * px];
+        if cy % in_plane == 0 {
+            shared[half + (cy / in_plane) * px + ux] = total;
+        }
+        sync_cube();
+        total = shared[half + ux];
+        #[unroll]
+        for m in 1..planes {
+            total += shared[half + m * px + ux];
+        }
+    }
+    total
+}
+
+/// Shared-memory length of [`channel_groups_sum`]: two halves of one vector per plane and
+/// position unit.
+fn group_sum_len(cfg: ChannelsConfig) -> usize {
+    2 * (cfg.channel_groups / cfg.plane_groups.max(1)) as usize * cfg.position_units as usize
 }
 
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
@@ -572,7 +629,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
     let px = comptime![cfg.position_units as usize];
     let groups = comptime![cfg.channel_groups as usize];
     let cpu = comptime![cfg.channels_per_unit];
-    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![px * groups]);
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![group_sum_len(cfg)]);
     let mut dg_shared = Shared::<[f32]>::new_slice(comptime![px * groups]);
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
@@ -617,7 +674,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
             }
             acc += xs[i] * xs[i];
         }
-        let sum_sq = channel_groups_sum::<N>(acc, &mut shared, px, groups);
+        let sum_sq = channel_groups_sum::<N>(acc, &mut shared, 0, cfg);
         let d = sum_sq * Vector::new(inv_channels) + Vector::new(eps);
         let fl = Vector::<f32, N>::new(floor);
         let clamped = d.less_than(&fl);
@@ -636,7 +693,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
             dus[i] = du;
             acc2 += du * gv * xhat;
         }
-        let dot = channel_groups_sum::<N>(acc2, &mut shared, px, groups);
+        let dot = channel_groups_sum::<N>(acc2, &mut shared, 1, cfg);
         let zero = Vector::<f32, N>::new(0.0f32);
         let mean = select_many(clamped, zero, dot * Vector::new(inv_channels));
         #[unroll]
@@ -785,6 +842,10 @@ pub fn launch_channels_backward(
             hw.max_units_per_cube
         ));
     }
+    let cfg = ChannelsConfig {
+        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
+        ..cfg
+    };
     let px = cfg.position_units as usize;
     let tiles_per_batch = position_vectors.div_ceil(px);
     let tiles = batches * tiles_per_batch;
