@@ -558,6 +558,7 @@ impl ChannelsLimits {
 /// every unit passes after reading this one, so one barrier per sum suffices (a tree took
 /// `log2(groups) + 2`).
 #[cube]
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
 fn channel_groups_sum<N: Size>(
     v: Vector<f32, N>,
     shared: &mut Shared<[Vector<f32, N>]>,
