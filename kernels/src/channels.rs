@@ -4,10 +4,11 @@
 //! A cube covers a tile of positions x all channels: unit `(px, cy)` owns one vector of `N`
 //! consecutive positions (so the loads of a plane are contiguous along S) and every
 //! `groups`-th channel from `cy`, which it keeps in registers, so x is read once; the channel
-//! groups add their sums of squares in a shared-memory tree. Splitting C over units keeps
-//! enough loads in flight when S is small (a 60x104 frame has only 780 position vectors).
-//! Very wide C (more than 64 groups x 16 channels) walks C twice, the second time mostly from
-//! cache.
+//! groups add their sums of squares with plane shuffles and one shared-memory step. Splitting
+//! C over units, and narrow vectors of 2 positions, keep enough loads in flight when S is small
+//! (a 60x104 frame has only 780 vectors of 8 positions). Very wide C (more than 64 groups x 16
+//! channels) walks C twice; on large S the second walk mostly misses the L2 (the form that
+//! walked C twice for every C read x twice from memory: 1.46x the copy on the Wan shapes).
 //! (Channels-last memory presented as `[B, C, ...]` through strides is served by the row
 //! kernel in `forward.rs` without this kernel.)
 
