@@ -182,6 +182,12 @@ fn time_copy(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
     median(&timer.time(2, runs, || timer.copy(&b.x, &b.out, bytes)))
 }
 
+/// [`time_copy`] with the unrolled copy (four 16-byte vectors per unit in flight).
+fn time_copy_unrolled(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
+    let n = b.problem.rows * b.problem.channels;
+    median(&timer.time(2, runs, || timer.copy_unrolled(&b.x, &b.out, n * 2)))
+}
+
 /// The knob space the tuner sweeps for one shape: 16-byte vectors; lanes per row from 1 to
 /// 256 (plane shuffles up to 32, shared memory above) with at most 16 vectors per lane; 1, 2 or
 /// 4 rows in flight per unit; 128 or 256 units per cube; one cube per row group or a persistent
@@ -784,7 +790,7 @@ fn time_end_to_end(device: &Device, rows: usize, channels: usize) -> f64 {
 fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     let client = timer.client.clone();
     let mut csv = String::from(
-        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us\n",
+        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us\n",
     );
     let mut shapes: Vec<(usize, usize)> = Vec::new();
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
@@ -794,14 +800,25 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         }
     }
     println!(
-        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8}",
-        "C", "T", "knobs", "source", "kernel_us", "copy_us", "x_copy", "GB/s", "burn_us", "e2e_us"
+        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9}",
+        "C",
+        "T",
+        "knobs",
+        "source",
+        "kernel_us",
+        "copy_us",
+        "x_copy",
+        "GB/s",
+        "burn_us",
+        "e2e_us",
+        "copy4_us"
     );
     for (channels, rows) in shapes {
         let b = Buffers::new(timer, rows, channels);
         let (knobs, source) = select_knobs_with_source(&client, b.problem, 2, 2, 256);
         let kernel = time_knobs(timer, &b, &knobs, 60);
         let copy = time_copy(timer, &b, 60);
+        let copy_unrolled = time_copy_unrolled(timer, &b, 60);
         let bytes = b.bytes();
         drop(b);
         let burn = time_burn_composed(timer, device, rows, channels);
@@ -819,7 +836,7 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         };
         writeln!(
             csv,
-            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2}",
+            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2}",
             kernel / copy,
             bytes / kernel / 1e3,
             bytes / copy / 1e3,
@@ -827,7 +844,7 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         )
         .unwrap();
         println!(
-            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2}",
+            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2}",
             knobs.to_string(),
             kernel / copy,
             bytes / kernel / 1e3

@@ -725,3 +725,37 @@ fn table_derived_fallback_is_valid_and_correct() {
         }
     }
 }
+
+/// The benchmarks' two copy roofs (`Timer::copy`, `Timer::copy_unrolled`) move every byte,
+/// for lengths that leave a tail after the unrolled steps and with 16-, 8- and 4-byte vectors.
+#[test]
+fn copy_roofs_move_every_byte() {
+    use rmsnorm_silu_kernels::timing::Timer;
+    let device = cube_device();
+    let timer = Timer::new(device.client());
+    let mut rng = rng("copy_roofs");
+    for len in [1usize, 6, 4 * 1031, 4 * 77 * 256 + 12] {
+        let src = upload(
+            &uniform(&mut rng, len, -9.0, 9.0),
+            vec![len],
+            DType::F32,
+            &device,
+        );
+        for unrolled in [false, true] {
+            let dst = upload(&vec![f64::NAN; len], vec![len], DType::F32, &device);
+            if unrolled {
+                timer.copy_unrolled(&src.handle, &dst.handle, len * 4);
+            } else {
+                timer.copy(&src.handle, &dst.handle, len * 4);
+            }
+            let got = download(dst);
+            let want = download(src.clone());
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "len {len}, unrolled {unrolled}: the copy differs"
+            );
+        }
+    }
+}

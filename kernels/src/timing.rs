@@ -44,6 +44,30 @@ fn copy_vectors<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, N>]
     }
 }
 
+/// Grid-stride copy of `len` vectors, four per unit and step (all four loads before the
+/// stores): more bytes in flight per unit than [`copy_vectors`], as torch's vectorised copy
+/// does. A second roof for the benchmarks (`Timer::copy_unrolled`).
+#[cube(launch_unchecked, address_type = "dynamic")]
+fn copy_vectors_x4<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, N>], len: usize) {
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut i = ABSOLUTE_POS;
+    while i + 3 * stride < len {
+        let a = input[i];
+        let b = input[i + stride];
+        let c = input[i + 2 * stride];
+        let d = input[i + 3 * stride];
+        output[i] = a;
+        output[i + stride] = b;
+        output[i + 2 * stride] = c;
+        output[i + 3 * stride] = d;
+        i += 4 * stride;
+    }
+    while i < len {
+        output[i] = input[i];
+        i += stride;
+    }
+}
+
 /// Device buffers and helpers for timing on one client.
 pub struct Timer {
     pub client: Client,
@@ -114,6 +138,28 @@ impl Timer {
             copy_vectors::launch_unchecked(
                 &self.client,
                 self.grid(len, 256),
+                CubeDim::new_1d(256),
+                cubecl::ir::AddressType::from_len(words),
+                vector,
+                BufferArg::from_raw_parts(src.clone(), len),
+                BufferArg::from_raw_parts(dst.clone(), len),
+                len,
+            );
+        }
+    }
+
+    /// [`Timer::copy`] with four vectors per unit and step ([`copy_vectors_x4`]).
+    pub fn copy_unrolled(&self, src: &Handle, dst: &Handle, bytes: usize) {
+        let words = bytes / 4;
+        let vector = [4usize, 2, 1]
+            .into_iter()
+            .find(|v| words.is_multiple_of(*v))
+            .unwrap();
+        let len = words / vector;
+        unsafe {
+            copy_vectors_x4::launch_unchecked(
+                &self.client,
+                self.grid(len.div_ceil(4), 256),
                 CubeDim::new_1d(256),
                 cubecl::ir::AddressType::from_len(words),
                 vector,
