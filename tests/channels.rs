@@ -323,19 +323,21 @@ fn every_channels_config_writes_every_element() {
                 let xt = upload(&x, shape.to_vec(), dtype, &device);
                 let gt = upload(&gamma, vec![channels], dtype, &device);
                 let out = upload(&vec![f64::NAN; x.len()], shape.to_vec(), dtype, &device);
-                launch_channels_with(
-                    &xt.client,
-                    xt.handle.clone(),
-                    gt.handle.clone(),
-                    out.handle.clone(),
-                    elem(dtype),
-                    elem(dtype),
-                    ChannelsProblem::dense(batches, channels, positions),
-                    norm,
-                    Activation::Silu,
-                    Some(cfg),
-                )
-                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                let launch = |cfg: ChannelsConfig| {
+                    launch_channels_with(
+                        &xt.client,
+                        xt.handle.clone(),
+                        gt.handle.clone(),
+                        out.handle.clone(),
+                        elem(dtype),
+                        elem(dtype),
+                        ChannelsProblem::dense(batches, channels, positions),
+                        norm,
+                        Activation::Silu,
+                        Some(cfg),
+                    )
+                };
+                launch(cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 assert_close(
                     &download(out.clone()),
                     &want,
@@ -344,42 +346,26 @@ fn every_channels_config_writes_every_element() {
                     &format!("{shape:?} {cfg:?}"),
                 );
                 if k == 0 && channels_per_unit == 0 {
-                    let err = launch_channels_with(
-                        &xt.client,
-                        xt.handle.clone(),
-                        gt.handle.clone(),
-                        out.handle.clone(),
-                        elem(dtype),
-                        elem(dtype),
-                        ChannelsProblem::dense(batches, channels, positions),
-                        norm,
-                        Activation::Silu,
-                        Some(ChannelsConfig {
-                            max_vector: 3,
-                            ..cfg
-                        }),
-                    )
-                    .expect_err("max_vector 3 must be refused")
-                    .to_string();
-                    assert!(err.contains("max_vector 3"), "{err}");
-                    let err = launch_channels_with(
-                        &xt.client,
-                        xt.handle.clone(),
-                        gt.handle.clone(),
-                        out.handle.clone(),
-                        elem(dtype),
-                        elem(dtype),
-                        ChannelsProblem::dense(batches, channels, positions),
-                        norm,
-                        Activation::Silu,
-                        Some(ChannelsConfig {
-                            prefetch: true,
-                            ..cfg
-                        }),
-                    )
-                    .expect_err("prefetch in the forward must be refused")
-                    .to_string();
-                    assert!(err.contains("not the forward"), "{err}");
+                    let refusals = [
+                        (
+                            ChannelsConfig {
+                                max_vector: 3,
+                                ..cfg
+                            },
+                            "max_vector 3",
+                        ),
+                        (
+                            ChannelsConfig {
+                                prefetch: true,
+                                ..cfg
+                            },
+                            "not the forward",
+                        ),
+                    ];
+                    for (bad, why) in refusals {
+                        let err = launch(bad).expect_err(why).to_string();
+                        assert!(err.contains(why), "{err}");
+                    }
                 }
             }
         }

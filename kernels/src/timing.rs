@@ -128,45 +128,52 @@ impl Timer {
     /// Copies `bytes` bytes (a multiple of 4) from `src` to `dst` with 16-byte vectors where
     /// possible.
     pub fn copy(&self, src: &Handle, dst: &Handle, bytes: usize) {
-        let words = bytes / 4;
-        let vector = [4usize, 2, 1]
-            .into_iter()
-            .find(|v| words.is_multiple_of(*v))
-            .unwrap();
-        let len = words / vector;
-        unsafe {
-            copy_vectors::launch_unchecked(
-                &self.client,
-                self.grid(len, 256),
-                CubeDim::new_1d(256),
-                cubecl::ir::AddressType::from_len(words),
-                vector,
-                BufferArg::from_raw_parts(src.clone(), len),
-                BufferArg::from_raw_parts(dst.clone(), len),
-                len,
-            );
-        }
+        self.launch_copy(src, dst, bytes, false);
     }
 
     /// [`Timer::copy`] with four vectors per unit and step ([`copy_vectors_x4`]).
     pub fn copy_unrolled(&self, src: &Handle, dst: &Handle, bytes: usize) {
+        self.launch_copy(src, dst, bytes, true);
+    }
+
+    fn launch_copy(&self, src: &Handle, dst: &Handle, bytes: usize, unrolled: bool) {
         let words = bytes / 4;
         let vector = [4usize, 2, 1]
             .into_iter()
             .find(|v| words.is_multiple_of(*v))
             .unwrap();
         let len = words / vector;
+        let dim = CubeDim::new_1d(256);
+        let address = cubecl::ir::AddressType::from_len(words);
+        // SAFETY: `src` and `dst` hold at least `bytes` bytes, `len` vectors of `vector` words.
         unsafe {
-            copy_vectors_x4::launch_unchecked(
-                &self.client,
-                self.grid(len.div_ceil(4), 256),
-                CubeDim::new_1d(256),
-                cubecl::ir::AddressType::from_len(words),
-                vector,
-                BufferArg::from_raw_parts(src.clone(), len),
-                BufferArg::from_raw_parts(dst.clone(), len),
-                len,
-            );
+            let input = BufferArg::from_raw_parts(src.clone(), len);
+            let output = BufferArg::from_raw_parts(dst.clone(), len);
+            if unrolled {
+                let cubes = self.grid(len.div_ceil(4), 256);
+                copy_vectors_x4::launch_unchecked(
+                    &self.client,
+                    cubes,
+                    dim,
+                    address,
+                    vector,
+                    input,
+                    output,
+                    len,
+                );
+            } else {
+                let cubes = self.grid(len, 256);
+                copy_vectors::launch_unchecked(
+                    &self.client,
+                    cubes,
+                    dim,
+                    address,
+                    vector,
+                    input,
+                    output,
+                    len,
+                );
+            }
         }
     }
 
