@@ -173,19 +173,24 @@ fn time_knobs(timer: &Timer, b: &Buffers, knobs: &Knobs, runs: usize) -> f64 {
 /// The same-bytes copy in the same run: the roof (bf16 out: read T*C*2, write T*C*2; FP8 out:
 /// half of the 3 bytes per element read, half written).
 fn time_copy(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
-    let n = b.problem.rows * b.problem.channels;
-    let bytes = if b.fp8 {
-        (n * 3 / 2).div_ceil(16) * 16
-    } else {
-        n * 2
-    };
+    let bytes = copy_bytes(b);
     median(&timer.time(2, runs, || timer.copy(&b.x, &b.out, bytes)))
 }
 
 /// [`time_copy`] with the unrolled copy (four 16-byte vectors per unit in flight).
 fn time_copy_unrolled(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
+    let bytes = copy_bytes(b);
+    median(&timer.time(2, runs, || timer.copy_unrolled(&b.x, &b.out, bytes)))
+}
+
+/// The bytes each copy roof moves one way for `b`'s shape and output.
+fn copy_bytes(b: &Buffers) -> usize {
     let n = b.problem.rows * b.problem.channels;
-    median(&timer.time(2, runs, || timer.copy_unrolled(&b.x, &b.out, n * 2)))
+    if b.fp8 {
+        (n * 3 / 2).div_ceil(16) * 16
+    } else {
+        n * 2
+    }
 }
 
 /// The knob space the tuner sweeps for one shape: 16-byte vectors; lanes per row from 1 to

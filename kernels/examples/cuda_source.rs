@@ -206,8 +206,8 @@ fn channels(args: &[String]) {
     let settings = cube_settings(cfg.position_units, cfg.channel_groups);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };
-    if args.get(1).is_some_and(|a| a == "backward") {
-        let kernel = rms_norm_channels_backward::RmsNormChannelsBackward::new(
+    let definition = if args.get(1).is_some_and(|a| a == "backward") {
+        rms_norm_channels_backward::RmsNormChannelsBackward::new(
             settings,
             properties(),
             Arc::new(TargetProperties::default()),
@@ -228,10 +228,10 @@ fn channels(args: &[String]) {
             cfg.max_vector,
             cfg,
             [bf16, bf16],
-        );
-        print_cuda(kernel.define());
+        )
+        .define()
     } else {
-        let kernel = rms_norm_channels::RmsNormChannels::new(
+        rms_norm_channels::RmsNormChannels::new(
             settings,
             properties(),
             Arc::new(TargetProperties::default()),
@@ -252,7 +252,8 @@ fn channels(args: &[String]) {
             cfg.max_vector,
             cfg,
             [bf16, bf16],
-        );
-        print_cuda(kernel.define());
-    }
+        )
+        .define()
+    };
+    print_cuda(definition);
 }

@@ -340,7 +340,7 @@ pub fn launch_channels_with(
             p.x_channel_stride, p.out_channel_stride, p.positions
         )));
     }
-    let config = match config {
+    let cfg = match config {
         Some(cfg) => cfg,
         None => channels_config(
             client,
@@ -350,9 +350,8 @@ pub fn launch_channels_with(
             activation,
         ),
     };
-    let vector_size = vector_for(widest, &config)?;
+    let vector_size = vector_for(widest, &cfg)?;
     let position_vectors = p.positions / vector_size;
-    let cfg = config;
     let units = cfg.position_units * cfg.channel_groups;
     if !cfg.channel_groups.is_power_of_two()
         || cfg.position_units == 0
