@@ -518,6 +518,8 @@ fn channels(timer: &mut Timer, args: &Args) {
             channels_per_unit: 0,
             max_vector: 0,
             plane_groups: 1,
+            prefetch: false,
+            bf16_input: false,
             activation: Activation::Silu,
             fast_math: false,
         };
@@ -690,8 +692,8 @@ fn fastest<K: Copy, E>(
 /// where the device has it): vectors of 2, 4 or 8 positions x 8..256 position units x 1..64
 /// channel groups (64 to 256 units a cube), each with the unit's channels cached in registers
 /// where they fit a budget (forward: 256 bf16 values; backward, which keeps x and dy as f32 and
-/// gamma and its gradient per channel: about 192 registers) and, for the forward with
-/// 8-position vectors, walked twice.
+/// gamma and its gradient per channel: about 192 registers; with prefetch also the next tile's
+/// x and dy as words) and, for the forward with 8-position vectors, walked twice.
 fn channels_sweep(
     client: &Client,
     channels: usize,
@@ -713,14 +715,22 @@ fn channels_sweep(
                     per_unit * max_vector <= 256
                 };
                 let walked = !backward && max_vector == 8;
-                let options = [(fits, per_unit), (walked, 0)];
-                for (_, channels_per_unit) in options.into_iter().filter(|(ok, _)| *ok) {
+                // The backward's prefetch holds the next tile's x and dy as words too.
+                let prefetch_fits = backward && per_unit * (3 * max_vector + 2) <= 192;
+                let options = [
+                    (fits, per_unit, false),
+                    (walked, 0, false),
+                    (prefetch_fits, per_unit, true),
+                ];
+                for (_, channels_per_unit, prefetch) in options.into_iter().filter(|o| o.0) {
                     out.push(ChannelsConfig {
                         position_units: px,
                         channel_groups: groups,
                         channels_per_unit,
                         max_vector,
                         plane_groups: 1,
+                        prefetch,
+                        bf16_input: false,
                         activation: Activation::Silu,
                         fast_math,
                     });
@@ -731,16 +741,17 @@ fn channels_sweep(
     out
 }
 
-/// `p128.g4.k24.v2.fast`: position units, channel groups, channels cached per unit (0:
-/// walked), positions per vector at most.
+/// `p128.g4.k24.v2.fast.pf`: position units, channel groups, channels cached per unit (0:
+/// walked), positions per vector at most, PTX SiLU, backward prefetch.
 fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::ChannelsConfig) -> String {
     format!(
-        "p{}.g{}.k{}.v{}{}",
+        "p{}.g{}.k{}.v{}{}{}",
         cfg.position_units,
         cfg.channel_groups,
         cfg.channels_per_unit,
         cfg.max_vector,
-        if cfg.fast_math { ".fast" } else { "" }
+        if cfg.fast_math { ".fast" } else { "" },
+        if cfg.prefetch { ".pf" } else { "" }
     )
 }
 

@@ -315,6 +315,8 @@ fn every_channels_config_writes_every_element() {
                     channels_per_unit,
                     max_vector: [0, 2, 1][k % 3],
                     plane_groups: 1,
+                    prefetch: false,
+                    bf16_input: false,
                     activation: Activation::Silu,
                     fast_math: false,
                 };
@@ -351,15 +353,34 @@ fn every_channels_config_writes_every_element() {
                     .expect_err("max_vector 3 must be refused")
                     .to_string();
                     assert!(err.contains("max_vector 3"), "{err}");
+                    let err = launch_channels_with(
+                        &xt.client,
+                        xt.handle.clone(),
+                        gt.handle.clone(),
+                        out.handle.clone(),
+                        elem(dtype),
+                        elem(dtype),
+                        ChannelsProblem::dense(batches, channels, positions),
+                        norm,
+                        Activation::Silu,
+                        Some(ChannelsConfig {
+                            prefetch: true,
+                            ..cfg
+                        }),
+                    )
+                    .expect_err("prefetch in the forward must be refused")
+                    .to_string();
+                    assert!(err.contains("not the forward"), "{err}");
                 }
             }
         }
     }
 }
 
-/// Every cached launch shape of the channels-first backward gives the row backward's dx and
-/// dgamma (on the same values laid out as rows), from NaN-poisoned outputs, for C and S that
-/// do not divide the tile; `fast_math` off CUDA is refused.
+/// Every cached launch shape of the channels-first backward, with and without prefetch, gives
+/// the row backward's dx and dgamma (on the same values laid out as rows), from NaN-poisoned
+/// outputs, for C and S that do not divide the tile; `fast_math` off CUDA and prefetch with
+/// 2-byte vectors are refused.
 #[test]
 fn every_channels_backward_config_matches_the_row_backward() {
     use crate::backward::{GradientBuffers, fused_gradients_with};
@@ -372,7 +393,14 @@ fn every_channels_backward_config_matches_the_row_backward() {
     let norm = NormParams::rms(1e-5);
     let dtype = DType::F32;
     let max_units = client.properties().hardware.max_units_per_cube;
-    for (batches, channels, positions) in [(2usize, 3usize, 35usize), (1, 96, 64), (2, 130, 17)] {
+    // (3, 5, 200): more tiles than the CPU runtime's 64 cubes for the prefetch configurations,
+    // so a cube walks several (the prefetch's steady state and its last tile).
+    for (batches, channels, positions) in [
+        (2usize, 3usize, 35usize),
+        (1, 96, 64),
+        (2, 130, 17),
+        (3, 5, 200),
+    ] {
         let n = batches * channels * positions;
         let x = round_to(&uniform(&mut rng, n, -3.0, 3.0), dtype);
         let dy = round_to(&uniform(&mut rng, n, -1.0, 1.0), dtype);
@@ -415,6 +443,8 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 channels_per_unit: channels.div_ceil(channel_groups as usize),
                 max_vector: [0, 2, 1][k % 3],
                 plane_groups: 1,
+                prefetch: k % 2 == 1,
+                bf16_input: false,
                 activation: Activation::Silu,
                 fast_math: false,
             };
@@ -454,4 +484,44 @@ fn every_channels_backward_config_matches_the_row_backward() {
             assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
         }
     }
+    // Prefetch loads 32-bit words: 2-byte vectors (bf16, one position) are refused.
+    let (channels, positions) = (4usize, 6usize);
+    let ones = vec![1.0; channels * positions];
+    let b = GradientBuffers::upload(
+        &ones,
+        &ones[..channels],
+        &ones,
+        vec![1, channels, positions],
+        DType::BF16,
+        &device,
+    );
+    let err = launch_channels_backward(
+        &client,
+        b.x.handle.clone(),
+        b.gamma.handle.clone(),
+        b.dy.handle.clone(),
+        b.dx.handle.clone(),
+        b.dgamma.handle.clone(),
+        elem(DType::BF16),
+        elem(DType::BF16),
+        1,
+        channels,
+        positions,
+        norm,
+        Activation::Silu,
+        Some(ChannelsConfig {
+            position_units: 2,
+            channel_groups: 1,
+            channels_per_unit: channels,
+            max_vector: 1,
+            plane_groups: 1,
+            prefetch: true,
+            bf16_input: false,
+            activation: Activation::Silu,
+            fast_math: false,
+        }),
+    )
+    .expect_err("prefetch with 2-byte vectors must be refused")
+    .to_string();
+    assert!(err.contains("prefetch loads 32-bit words"), "{err}");
 }

@@ -3,9 +3,9 @@
 //!
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- nvfp4 v8.l4.r32.b3.plane.m-.fast [C]`
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2 [backward]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf] [backward]`
 //! (channels-first: position units, channel groups, channels cached per unit, positions per
-//! vector; PTX SiLU)
+//! vector, backward prefetch; PTX SiLU)
 
 use std::sync::Arc;
 
@@ -200,6 +200,8 @@ fn channels(args: &[String]) {
         channels_per_unit: field('k'),
         max_vector: field('v'),
         plane_groups: field('g').min(32 / field('p').clamp(1, 32)) as u32,
+        prefetch: label.split('.').any(|part| part == "pf"),
+        bf16_input: true,
         activation: Activation::Silu,
         fast_math: true,
     };
@@ -216,6 +218,8 @@ fn channels(args: &[String]) {
             buffer(),
             buffer(),
             buffer(),
+            buffer(),
+            buffer(),
             (),
             (),
             (),
@@ -226,6 +230,7 @@ fn channels(args: &[String]) {
             (),
             (),
             cfg.max_vector,
+            if cfg.prefetch { cfg.max_vector / 2 } else { 1 },
             cfg,
             [bf16, bf16],
         )

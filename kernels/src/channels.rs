@@ -12,11 +12,13 @@
 //! (Channels-last memory presented as `[B, C, ...]` through strides is served by the row
 //! kernel in `forward.rs` without this kernel.)
 
-use cubecl::ir::{AddressType, ElemType};
+use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent};
+use crate::forward::{
+    ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent, words_to_f32,
+};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -69,6 +71,12 @@ pub struct ChannelsConfig {
     /// Channel groups summed with plane shuffles before the shared-memory step (set by the
     /// launch: `32 / position_units` groups share a plane of 32 units on a GPU; 1 elsewhere).
     pub plane_groups: u32,
+    /// Backward only (the forward refuses it): a cube loads its next tile's x and dy (as 32-bit
+    /// words, into registers) before computing the current one, so the loads wait behind the
+    /// arithmetic instead of the arithmetic behind the loads. Needs vectors of at least 4 bytes.
+    pub prefetch: bool,
+    /// Set by the launch: the input is bf16 (the prefetched words become f32 by shifts).
+    pub bf16_input: bool,
     pub activation: Activation,
     /// PTX SiLU and SiLU' (CUDA only), as the row kernel's `fast_math` knob; the heuristics
     /// take it on CUDA (`cargo bench --bench rmsnorm -- channels` times both).
@@ -368,6 +376,11 @@ pub fn launch_channels_with(
             "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
         ));
     }
+    if cfg.prefetch {
+        return Err(ForwardError::InvalidKnobs(
+            "channels: prefetch is a knob of the channels-first backward, not the forward".into(),
+        ));
+    }
     let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
     let cfg = ChannelsConfig {
         channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
@@ -514,6 +527,8 @@ fn tiled_shape(
         channels_per_unit: if per_unit <= cap { per_unit } else { 0 },
         max_vector: 0,
         plane_groups: 1,
+        prefetch: false,
+        bf16_input: false,
         activation,
         fast_math: limits.ptx_math,
     }
@@ -595,6 +610,43 @@ fn channel_groups_sum<N: Size>(
     total
 }
 
+/// The backward's loads of one tile (this unit's position vector and channels) as 32-bit
+/// words, as the unconditional loads of the plain path: an inactive position or a channel past
+/// C reads a valid word vector that is not used.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_tile_words<W: Size>(
+    x_words: &[Vector<u32, W>],
+    dy_words: &[Vector<u32, W>],
+    next_x: &mut Array<Vector<u32, W>>,
+    next_dy: &mut Array<Vector<u32, W>>,
+    tile: usize,
+    tiles_per_batch: usize,
+    position_vectors: usize,
+    batch_stride: usize,
+    channel_stride: usize,
+    #[comptime] cfg: ChannelsConfig,
+) {
+    let px = comptime![cfg.position_units as usize];
+    let groups = comptime![cfg.channel_groups as usize];
+    let batch = tile / tiles_per_batch;
+    let p = (tile % tiles_per_batch) * px + UNIT_POS_X as usize;
+    let p_load = if p < position_vectors {
+        p
+    } else {
+        position_vectors - 1
+    };
+    let mut at = batch * batch_stride + p_load + UNIT_POS_Y as usize * channel_stride;
+    let last = x_words.len() - 1;
+    #[unroll]
+    for i in 0..cfg.channels_per_unit {
+        let a = if at < last { at } else { last };
+        next_x[i] = x_words[a];
+        next_dy[i] = dy_words[a];
+        at += groups * channel_stride;
+    }
+}
+
 /// Shared-memory length of [`channel_groups_sum`]: two halves of one vector per plane and
 /// position unit.
 fn group_sum_len(cfg: ChannelsConfig) -> usize {
@@ -609,10 +661,12 @@ fn group_sum_len(cfg: ChannelsConfig) -> usize {
 /// shared-memory tree. No rescue of out-of-range sums of squares (as the row backward).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
+pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
     gamma: &[G],
     dy: &[Vector<E, N>],
+    x_words: &[Vector<u32, W>],
+    dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [f32],
     tiles: usize,
@@ -647,25 +701,70 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size>(
             g[i] = f32::cast_from(gamma[c]);
         }
     }
+    // The next tile's x and dy as words (prefetch): loaded one tile ahead.
+    let ahead = comptime![if cfg.prefetch { cpu } else { 1 }];
+    let mut next_x = Array::<Vector<u32, W>>::new(ahead);
+    let mut next_dy = Array::<Vector<u32, W>>::new(ahead);
     let mut tile = CUBE_POS;
+    if comptime![cfg.prefetch] {
+        if tile < tiles {
+            load_tile_words::<W>(
+                x_words,
+                dy_words,
+                &mut next_x,
+                &mut next_dy,
+                tile,
+                tiles_per_batch,
+                position_vectors,
+                batch_stride,
+                channel_stride,
+                cfg,
+            );
+        }
+    }
     while tile < tiles {
         let batch = tile / tiles_per_batch;
         let p = (tile % tiles_per_batch) * px + ux;
         let active = p < position_vectors;
         let base = batch * batch_stride + p;
         let mut acc = Vector::<f32, N>::new(0.0f32);
-        // Unconditional loads (as the forward's: all in flight together, addresses chained);
-        // an inactive position or a channel past C reads a valid element that is not used (a
-        // channel past C is zeroed).
-        let p_load = if active { p } else { position_vectors - 1 };
-        let mut at = batch * batch_stride + p_load + cy * channel_stride;
-        let last = x.len() - 1;
-        #[unroll]
-        for i in 0..cpu {
-            let a = if at < last { at } else { last };
-            xs[i] = Vector::<f32, N>::cast_from(x[a]);
-            dus[i] = Vector::<f32, N>::cast_from(dy[a]);
-            at += groups * channel_stride;
+        if comptime![cfg.prefetch] {
+            // This tile's words arrived during the last tile's arithmetic; the next tile's
+            // loads go out before any arithmetic on this one.
+            #[unroll]
+            for i in 0..cpu {
+                xs[i] = words_to_f32::<E, N, W>(next_x[i], cfg.bf16_input);
+                dus[i] = words_to_f32::<E, N, W>(next_dy[i], cfg.bf16_input);
+            }
+            let next = tile + CUBE_COUNT;
+            if next < tiles {
+                load_tile_words::<W>(
+                    x_words,
+                    dy_words,
+                    &mut next_x,
+                    &mut next_dy,
+                    next,
+                    tiles_per_batch,
+                    position_vectors,
+                    batch_stride,
+                    channel_stride,
+                    cfg,
+                );
+            }
+        } else {
+            // Unconditional loads (as the forward's: all in flight together, addresses
+            // chained); an inactive position or a channel past C reads a valid element that is
+            // not used (a channel past C is zeroed).
+            let p_load = if active { p } else { position_vectors - 1 };
+            let mut at = batch * batch_stride + p_load + cy * channel_stride;
+            let last = x.len() - 1;
+            #[unroll]
+            for i in 0..cpu {
+                let a = if at < last { at } else { last };
+                xs[i] = Vector::<f32, N>::cast_from(x[a]);
+                dus[i] = Vector::<f32, N>::cast_from(dy[a]);
+                at += groups * channel_stride;
+            }
         }
         #[unroll]
         for i in 0..cpu {
@@ -843,18 +942,34 @@ pub fn launch_channels_backward(
             hw.max_units_per_cube
         ));
     }
+    let vector_bytes = vector_size * x_type.size();
+    if cfg.prefetch && !vector_bytes.is_multiple_of(4) {
+        return refuse(format!(
+            "channels backward: prefetch loads 32-bit words, but the vectors here are              {vector_bytes} bytes ({vector_size} positions of {} bytes)",
+            x_type.size()
+        ));
+    }
     let cfg = ChannelsConfig {
         plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
+        bf16_input: x_type == ElemType::Float(FloatKind::BF16),
         ..cfg
     };
     let px = cfg.position_units as usize;
     let tiles_per_batch = position_vectors.div_ceil(px);
     let tiles = batches * tiles_per_batch;
+    // Without a known SM count (the CPU runtime) at most 64 cubes, as the row backward: a cube
+    // then walks several tiles (the prefetch's steady state is tested there too).
     let max_cubes = hw
         .num_streaming_multiprocessors
-        .map_or(1024, |sms| sms as usize * (2048 / units as usize).max(1));
+        .map_or(64, |sms| sms as usize * (2048 / units as usize).max(1));
     let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
     let len = batches * channels * position_vectors;
+    // x and dy seen as vectors of 32-bit words, one per vector (prefetch; else a placeholder).
+    let (words_per_vector, words_len) = if cfg.prefetch {
+        (vector_bytes / 4, len.max(1))
+    } else {
+        (1, 1)
+    };
     let partial = client.empty(cubes * channels * 4);
     log::debug!(
         "rms_norm_channels_backward: B={batches} C={channels} S={positions} vector \
@@ -867,9 +982,12 @@ pub fn launch_channels_backward(
             CubeDim::new_2d(cfg.position_units, cfg.channel_groups),
             AddressType::from_len((len * vector_size).max(cubes * channels)),
             vector_size,
-            BufferArg::from_raw_parts(x, len.max(1)),
+            words_per_vector,
+            BufferArg::from_raw_parts(x.clone(), len.max(1)),
             BufferArg::from_raw_parts(gamma, channels),
-            BufferArg::from_raw_parts(dy, len.max(1)),
+            BufferArg::from_raw_parts(dy.clone(), len.max(1)),
+            BufferArg::from_raw_parts(x, words_len),
+            BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), cubes * channels),
             tiles,

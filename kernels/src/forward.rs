@@ -820,7 +820,16 @@ fn staged_to_f32<E: Float, N: Size, W: Size>(
     words: Vector<u32, W>,
     #[comptime] cfg: RowConfig,
 ) -> Vector<f32, N> {
-    if comptime![cfg.bf16_input] {
+    words_to_f32::<E, N, W>(words, cfg.bf16_input)
+}
+
+/// [`staged_to_f32`] for any kernel: `bf16` says that `E` is bf16 (then integer operations).
+#[cube]
+pub(crate) fn words_to_f32<E: Float, N: Size, W: Size>(
+    words: Vector<u32, W>,
+    #[comptime] bf16: bool,
+) -> Vector<f32, N> {
+    if comptime![bf16] {
         let mut f = Vector::<f32, N>::new(0.0f32);
         #[unroll]
         for w in 0..W::value() {
