@@ -512,13 +512,36 @@ fn tiled_shape(
     cap: usize,
     activation: Activation,
 ) -> ChannelsConfig {
+    shape_for_units(
+        limits,
+        channels,
+        position_vectors,
+        cap,
+        limits.max_units,
+        4,
+        activation,
+    )
+}
+
+/// The tiled shape in cubes of at most `units` units: enough channel groups that a unit caches
+/// at most `cap` channels, then position units (halved, down to `min_px`, while the grid has
+/// fewer than about two tiles per SM).
+fn shape_for_units(
+    limits: &ChannelsLimits,
+    channels: usize,
+    position_vectors: usize,
+    cap: usize,
+    units: usize,
+    min_px: usize,
+    activation: Activation,
+) -> ChannelsConfig {
     let groups = channels
         .div_ceil(cap)
         .next_power_of_two()
         .clamp(1, 64.min(limits.max_units));
     let per_unit = channels.div_ceil(groups);
-    let mut px = limits.max_units / groups;
-    while px > 4 && position_vectors.div_ceil(px) < 2 * limits.sms {
+    let mut px = (units / groups).max(1);
+    while px > min_px && position_vectors.div_ceil(px) < 2 * limits.sms {
         px /= 2;
     }
     ChannelsConfig {
@@ -840,11 +863,15 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// a unit in registers; `None` when C is wider than that (the caller falls back to composed
 /// ops).
 ///
-/// On a GPU, up to C = 192: 6 channels per unit with vectors of at most 4 positions (the unit
-/// keeps x and dy in f32: 12 channels of 8 positions spilled); the `channels` bench's sweep on
-/// the H200 (2026-12-01): `[1, 96, 4, 480, 832]` 619 -> 341 us (1.46x the copy of its 6 bytes
-/// per element), `[1, 192, 4, 240, 416]` 336 -> 195 us (1.61x). Wider C keep the 16-channel
-/// cap (`[1, 384, 1, 60, 104]`: 24.9 us, faster than every cached shape of the sweep).
+/// On a GPU: the next tile's x and dy prefetched as words (`prefetch`), a unit caching about 48
+/// values of each tensor (6 channels of 8 positions up to C = 128, else 12 of 4), at least 8
+/// position units per channel group and 128 units per cube where the groups allow it. These
+/// are the winners of the `channels` bench's sweep on the H200 (2026-12-01, ninth session):
+/// `[1, 96, 4, 480, 832]` `p8.g16.k6.v8.pf` 339 -> 265 us (1.13x the copy of its 6 bytes per
+/// element), `[1, 192, 4, 240, 416]` `p8.g16.k12.v4.pf` 193 -> 170 us (1.40x),
+/// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Without prefetch (2-byte inputs
+/// with vectors of one position, C above 768, and the CPU runtime) the unit caches 6 channels
+/// of at most 4 positions up to C = 192, else up to 16 channels.
 pub fn channels_backward_config(
     client: &Client,
     channels: usize,
@@ -852,10 +879,36 @@ pub fn channels_backward_config(
     widest: usize,
     activation: Activation,
 ) -> Option<ChannelsConfig> {
+    /// Values of x (and of dy) a unit caches with prefetch: 6 x 8 or 12 x 4.
+    const PREFETCH_VALUES: usize = 48;
     const NARROW_CAP: usize = 6;
     let limits = ChannelsLimits::of(client);
-    let narrow = limits.gpu && channels.div_ceil(NARROW_CAP).next_power_of_two() <= 32;
-    let cfg = if narrow {
+    if limits.gpu && widest >= 2 {
+        let vector = widest.min(if channels <= 128 { 8 } else { 4 });
+        let cap = PREFETCH_VALUES / vector;
+        let groups = channels
+            .div_ceil(cap)
+            .next_power_of_two()
+            .clamp(1, 64.min(limits.max_units));
+        let units = (8 * groups).max(128).min(limits.max_units);
+        let cfg = shape_for_units(
+            &limits,
+            channels,
+            positions / vector,
+            cap,
+            units,
+            8,
+            activation,
+        );
+        if cfg.channels_per_unit > 0 {
+            return Some(ChannelsConfig {
+                max_vector: vector,
+                prefetch: true,
+                ..cfg
+            });
+        }
+    }
+    let cfg = if limits.gpu && channels.div_ceil(NARROW_CAP).next_power_of_two() <= 32 {
         let vector = widest.min(4);
         ChannelsConfig {
             max_vector: vector,
