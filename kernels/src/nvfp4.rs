@@ -35,6 +35,10 @@ use crate::rescue::{prescale, small_eps};
 /// Elements per NVFP4 block.
 pub const BLOCK: usize = 16;
 
+/// Blocks per lane up to which gamma is held in registers as f32 (16 registers per block), so
+/// that a lane walking several rows loads and converts it once; wider caches read it per row.
+const GAMMA_REGISTER_BLOCKS: usize = 3;
+
 /// How block scales are formed (see the module docs and [`crate::formats::Nvfp4Recipe`]).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Fp4Recipe {
@@ -255,6 +259,40 @@ pub fn e2m1_code(v: f32) -> u32 {
     select(v.is_nan(), 7u32, sign | code)
 }
 
+/// What [`e2m1_biased_code`] adds to the code: `298 = 2 (127 + 22)`, the magic number's
+/// exponent field counted in half-binades.
+pub const E2M1_CODE_BIAS: u32 = 298;
+
+/// [`E2M1_CODE_BIAS`] in each of the 8 nibbles of a code word (wrapping).
+const PACKED_CODE_BIAS: u32 = E2M1_CODE_BIAS.wrapping_mul(0x1111_1111);
+
+/// [`e2m1_code`] for a `v` that is not NaN (±inf saturates), plus [`E2M1_CODE_BIAS`] (the
+/// packing subtracts it once per word): about 8 instructions instead of 14.
+///
+/// `a = min(|v|, 6)` is rounded onto the E2M1 grid by one fp32 addition of a magic number
+/// `M = 2^(22 + e)`, `e = max(exponent(a), 0)`, whose ulp `2^(e - 1)` is the grid's spacing at
+/// `a` (0.5 below 2, 1 below 4, 2 from 4): the sum's single rounding is the grid's
+/// round-to-nearest-even. The sum's mantissa is then the count `k` of grid steps and its
+/// exponent field `149 + e`, so `(sum & 0x3fffff) + (sum >> 22) = k + 2e + 298`, and `k + 2e`
+/// is the code (0-3 for 0..1.5 in steps of 0.5, then two codes per binade). The sign goes to
+/// bit 3 before the addition (`k + 2e < 8`: no carry reaches it).
+#[cube]
+pub fn e2m1_biased_code(v: f32) -> u32 {
+    let bits = u32::reinterpret(v);
+    let a = f32::min(f32::abs(v), 6.0f32);
+    let a_bits = u32::reinterpret(a);
+    // 2^(22 + e) as bits: the exponent field of max(a, 1), plus 22.
+    let e_bits = select(a_bits > 0x3f80_0000u32, a_bits, 0x3f80_0000u32) & 0x7f80_0000u32;
+    let sum = u32::reinterpret(a + f32::reinterpret(e_bits + 0x0b00_0000u32));
+    ((sum & 0x003f_ffffu32) | ((bits >> 28u32) & 8u32)) + (sum >> 22u32)
+}
+
+/// [`e2m1_code`] for a `v` that is not NaN: [`e2m1_biased_code`] without the bias.
+#[cube]
+pub fn e2m1_code_finite(v: f32) -> u32 {
+    e2m1_biased_code(v) - E2M1_CODE_BIAS
+}
+
 /// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
 /// two code words and its scale byte.
 #[allow(clippy::too_many_arguments)]
@@ -268,17 +306,34 @@ fn store_block<S: Float, N: Size>(
     s_enc: f32,
     #[comptime] recipe: Fp4Recipe,
     #[comptime] vector_size: usize,
+    #[comptime] ptx: bool,
 ) {
     let per_block = comptime![BLOCK / vector_size];
-    // max |y| on the bits: for non-negative floats the bit patterns order as the values, and a
-    // NaN's are above infinity's, so a NaN wins (and makes the block's scale NaN).
+    // max |y|, NaN-propagating (a NaN makes the block's scale NaN): one PTX `max.NaN` with an
+    // |.| operand per element on CUDA; elsewhere on the bits (non-negative floats order as
+    // their bit patterns, and a NaN's are above infinity's).
     let mut amax_bits = 0u32;
-    #[unroll]
-    for h in 0..per_block {
+    if comptime![ptx] {
+        let mut m = f32::new(0.0);
         #[unroll]
-        for k in 0..vector_size {
-            let m = u32::reinterpret(ys[h].extract(k)) & 0x7fff_ffffu32;
-            amax_bits = select(m > amax_bits, m, amax_bits);
+        for h in 0..per_block {
+            #[unroll]
+            for k in 0..vector_size {
+                // (Through an operation: cubecl hands a mutable variable, or a plain copy of
+                // one, to inline PTX as its address; `m` is never negative.)
+                let current = f32::abs(m);
+                m = ptx_abs_max_nan(current, ys[h].extract(k));
+            }
+        }
+        amax_bits = u32::reinterpret(m);
+    } else {
+        #[unroll]
+        for h in 0..per_block {
+            #[unroll]
+            for k in 0..vector_size {
+                let m = u32::reinterpret(ys[h].extract(k)) & 0x7fff_ffffu32;
+                amax_bits = select(m > amax_bits, m, amax_bits);
+            }
         }
     }
     let amax = f32::reinterpret(amax_bits);
@@ -302,22 +357,58 @@ fn store_block<S: Float, N: Size>(
     scales[scale_index] = S::cast_from(clamp_e4m3(stored));
     let mut lo = 0u32;
     let mut hi = 0u32;
-    #[unroll]
-    for h in 0..per_block {
+    // Every `y * encode` is a number or ±inf (never NaN) when amax and encode are finite: the
+    // shorter encoder then (the NaN blocks, and the TE recipe's `0 * inf` at an overflowing
+    // `s_enc / s`, take the exact one).
+    if amax_bits < 0x7f80_0000u32 && u32::reinterpret(encode) < 0x7f80_0000u32 {
+        // Biased codes added into place (wrapping), the 8 biases taken off once per word.
         #[unroll]
-        for k in 0..vector_size {
-            // Element e of the block: constant after unrolling, so the branch folds away.
-            let e = u32::cast_from(h * vector_size + k);
-            let code = e2m1_code(ys[h].extract(k) * encode);
-            if e < 8u32 {
-                lo |= code << (4u32 * e);
-            } else {
-                hi |= code << (4u32 * (e - 8u32));
+        for h in 0..per_block {
+            #[unroll]
+            for k in 0..vector_size {
+                // Element e of the block: constant after unrolling, so the branch folds away.
+                let e = u32::cast_from(h * vector_size + k);
+                let code = e2m1_biased_code(ys[h].extract(k) * encode);
+                if e < 8u32 {
+                    lo += code << (4u32 * e);
+                } else {
+                    hi += code << (4u32 * (e - 8u32));
+                }
+            }
+        }
+        lo -= PACKED_CODE_BIAS;
+        hi -= PACKED_CODE_BIAS;
+    } else {
+        #[unroll]
+        for h in 0..per_block {
+            #[unroll]
+            for k in 0..vector_size {
+                let e = u32::cast_from(h * vector_size + k);
+                let code = e2m1_code(ys[h].extract(k) * encode);
+                if e < 8u32 {
+                    lo |= code << (4u32 * e);
+                } else {
+                    hi |= code << (4u32 * (e - 8u32));
+                }
             }
         }
     }
     codes[code_word] = lo;
     codes[code_word + 1] = hi;
+}
+
+/// `max(m, |v|)`, NaN if either is NaN (PTX `max.NaN.f32`, sm_80+; CUDA only).
+#[cube]
+fn ptx_abs_max_nan(m: f32, v: f32) -> f32 {
+    let out: f32;
+    gpu_asm!(
+        "{{ .reg .f32 a; abs.f32 a, {v}; max.NaN.f32 {o}, {m}, a; }}",
+        o = out(_) out,
+        m = in(_) m,
+        v = in(_) v,
+        options(pure, nomem)
+    );
+    out
 }
 
 /// Clamps to ±448 before the E4M3 cast (which rounds to nearest even); NaN passes.
@@ -345,15 +436,15 @@ fn scale_offset(
     }
 }
 
-/// `y` of block `b` of a row into `ys` (as `16 / N` fp32 vectors), from the cached `x` vectors
-/// `xs[first..]` or from memory.
+/// `y` of one block into `ys` (as `16 / N` fp32 vectors) from f32 `x` vectors `xf[x_first..]`
+/// and f32 gamma vectors `gf[g_first..]`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn block_y<E: Float, G: Float, N: Size>(
-    x_block: &Array<Vector<E, N>>,
-    first: usize,
-    gamma: &[Vector<G, N>],
-    b: usize,
+fn block_y<N: Size>(
+    xf: &Array<Vector<f32, N>>,
+    x_first: usize,
+    gf: &Array<Vector<f32, N>>,
+    g_first: usize,
     scale: f32,
     p: f32,
     ys: &mut Array<Vector<f32, N>>,
@@ -367,12 +458,11 @@ fn block_y<E: Float, G: Float, N: Size>(
     let silu_k = f32::new(-LOG2_E);
     #[unroll]
     for h in 0..per_block {
-        let mut v = Vector::<f32, N>::cast_from(x_block[first + h]);
+        let mut v = xf[x_first + h];
         if comptime![prescaled] {
             v *= Vector::<f32, N>::new(p);
         }
-        let g = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
-        ys[h] = output_value::<N>(v * sv * g, silu_k, rows);
+        ys[h] = output_value::<N>(v * sv * gf[g_first + h], silu_k, rows);
     }
 }
 
@@ -385,14 +475,15 @@ struct BlockAt {
     column_tiles: usize,
 }
 
-/// Block `at.b` of a row from the cached `x` vectors `xs[first..]`: `y` (with the prescale `p`
-/// for rescued rows), quantised, codes and scale stored.
+/// Block `at.b` of a row from f32 `x` (`xf[x_first..]`) and gamma (`gf[g_first..]`): `y` (with
+/// the prescale `p` for rescued rows), quantised, codes and scale stored.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn write_block<E: Float, G: Float, S: Float, N: Size>(
-    xs: &Array<Vector<E, N>>,
-    first: usize,
-    gamma: &[Vector<G, N>],
+fn write_block<S: Float, N: Size>(
+    xf: &Array<Vector<f32, N>>,
+    x_first: usize,
+    gf: &Array<Vector<f32, N>>,
+    g_first: usize,
     codes: &mut [u32],
     scales: &mut [S],
     at: BlockAt,
@@ -403,7 +494,7 @@ fn write_block<E: Float, G: Float, S: Float, N: Size>(
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
 ) {
-    block_y::<E, G, N>(xs, first, gamma, at.b, scale, p, ys, cfg, prescaled);
+    block_y::<N>(xf, x_first, gf, g_first, scale, p, ys, cfg, prescaled);
     store_block::<S, N>(
         &*ys,
         codes,
@@ -413,17 +504,34 @@ fn write_block<E: Float, G: Float, S: Float, N: Size>(
         s_enc,
         cfg.recipe,
         cfg.vector_size,
+        cfg.fast_math,
     );
 }
 
+/// Gamma of block `b` into `gt[0..16 / N]` as f32.
+#[cube]
+fn load_gamma_block<G: Float, N: Size>(
+    gamma: &[Vector<G, N>],
+    b: usize,
+    gt: &mut Array<Vector<f32, N>>,
+    #[comptime] per_block: usize,
+) {
+    #[unroll]
+    for h in 0..per_block {
+        gt[h] = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
+    }
+}
+
 /// The lane's blocks `at.b, at.b + lanes, ...` of a row, each read again from `x` (row start
-/// `base`) into `xs[0..16 / N]` and written by [`write_block`].
+/// `base`) and gamma into `xt` and `gt` (f32, `16 / N` vectors each) and written by
+/// [`write_block`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
     x: &[Vector<E, N>],
     base: usize,
-    xs: &mut Array<Vector<E, N>>,
+    xt: &mut Array<Vector<f32, N>>,
+    gt: &mut Array<Vector<f32, N>>,
     gamma: &[Vector<G, N>],
     codes: &mut [u32],
     scales: &mut [S],
@@ -441,16 +549,17 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
     while b < at.blocks {
         #[unroll]
         for h in 0..per_block {
-            xs[h] = x[base + b * per_block + h];
+            xt[h] = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
         }
+        load_gamma_block::<G, N>(gamma, b, gt, per_block);
         let block = BlockAt {
             row: at.row,
             b,
             blocks: at.blocks,
             column_tiles: at.column_tiles,
         };
-        write_block::<E, G, S, N>(
-            &*xs, 0, gamma, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
+        write_block::<S, N>(
+            &*xt, 0, &*gt, 0, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
         );
         b += lanes;
     }
@@ -496,8 +605,28 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     let mut rescued = Array::<f32>::new(1usize);
     let small = small_eps(eps, floor);
     let mut ys = Array::<Vector<f32, N>>::new(per_block);
-    let cache_len = comptime![if bpl > 0 { bpl * per_block } else { per_block }];
-    let mut xs = Array::<Vector<E, N>>::new(cache_len);
+    // The register cache: the lane's blocks of x as f32 (converted once, for the sum of squares
+    // and for y), and gamma's (loaded once per lane, for every row it walks) up to
+    // `GAMMA_REGISTER_BLOCKS` blocks; `xt`/`gt` hold one streamed block.
+    let gamma_regs = comptime![bpl > 0 && bpl <= GAMMA_REGISTER_BLOCKS];
+    let mut xf = Array::<Vector<f32, N>>::new(comptime![(bpl * per_block).max(1)]);
+    let mut g_regs =
+        Array::<Vector<f32, N>>::new(comptime![if gamma_regs { bpl * per_block } else { 1 }]);
+    let mut xt = Array::<Vector<f32, N>>::new(per_block);
+    let mut gt = Array::<Vector<f32, N>>::new(per_block);
+    if comptime![gamma_regs] {
+        #[unroll]
+        for i in 0..bpl {
+            let b = lane + i * lanes;
+            if b < blocks {
+                #[unroll]
+                for h in 0..per_block {
+                    g_regs[i * per_block + h] =
+                        Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
+                }
+            }
+        }
+    }
 
     while group < groups {
         let step_first_row = group * rows_per_cube;
@@ -513,9 +642,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                 if active && b < blocks {
                     #[unroll]
                     for h in 0..per_block {
-                        let v = x[base + b * per_block + h];
-                        xs[i * per_block + h] = v;
-                        let f = Vector::<f32, N>::cast_from(v);
+                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+                        xf[i * per_block + h] = f;
                         acc += f * f;
                     }
                 }
@@ -561,32 +689,54 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                     for i in 0..bpl {
                         let b = lane + i * lanes;
                         if b < blocks {
-                            write_block::<E, G, S, N>(
-                                &xs,
-                                i * per_block,
-                                gamma,
-                                codes,
-                                scales,
-                                BlockAt {
-                                    row,
-                                    b,
-                                    blocks,
-                                    column_tiles,
-                                },
-                                scale,
-                                1.0f32,
-                                s_enc,
-                                &mut ys,
-                                cfg,
-                                false,
-                            );
+                            let at = BlockAt {
+                                row,
+                                b,
+                                blocks,
+                                column_tiles,
+                            };
+                            if comptime![gamma_regs] {
+                                write_block::<S, N>(
+                                    &xf,
+                                    i * per_block,
+                                    &g_regs,
+                                    i * per_block,
+                                    codes,
+                                    scales,
+                                    at,
+                                    scale,
+                                    1.0f32,
+                                    s_enc,
+                                    &mut ys,
+                                    cfg,
+                                    false,
+                                );
+                            } else {
+                                load_gamma_block::<G, N>(gamma, b, &mut gt, per_block);
+                                write_block::<S, N>(
+                                    &xf,
+                                    i * per_block,
+                                    &gt,
+                                    0,
+                                    codes,
+                                    scales,
+                                    at,
+                                    scale,
+                                    1.0f32,
+                                    s_enc,
+                                    &mut ys,
+                                    cfg,
+                                    false,
+                                );
+                            }
                         }
                     }
                 } else {
                     write_streamed_row::<E, G, S, N>(
                         x,
                         base,
-                        &mut xs,
+                        &mut xt,
+                        &mut gt,
                         gamma,
                         codes,
                         scales,
@@ -610,7 +760,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                 write_streamed_row::<E, G, S, N>(
                     x,
                     base,
-                    &mut xs,
+                    &mut xt,
+                    &mut gt,
                     gamma,
                     codes,
                     scales,
@@ -886,12 +1037,14 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     let i = ABSOLUTE_POS;
     if i < len {
         codes[i] = e2m1_code(values[i]);
+        codes[len + i] = e2m1_code_finite(values[i]);
         scales[i] = S::cast_from(clamp_e4m3(values[i]));
     }
 }
 
-/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `len` u32 and
-/// `scales` `len` bytes.
+/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `2 len` u32 (the
+/// exact encoder's, then the finite-input encoder's, meaningless for NaN) and `scales` `len`
+/// bytes.
 pub fn launch_codec_probe(
     client: &Client,
     values: Handle,
@@ -908,7 +1061,7 @@ pub fn launch_codec_probe(
             CubeCount::new_1d(len.div_ceil(64) as u32),
             CubeDim::new_1d(64),
             BufferArg::from_raw_parts(values, len),
-            BufferArg::from_raw_parts(codes, len),
+            BufferArg::from_raw_parts(codes, 2 * len),
             BufferArg::from_raw_parts(scales, len),
             len,
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
