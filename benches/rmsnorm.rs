@@ -988,6 +988,7 @@ fn fp4_candidates(
                 },
                 fast_math: true,
                 max_cubes: None,
+                prefetch: false,
             });
         }
     }
@@ -1073,10 +1074,42 @@ fn quant(timer: &mut Timer, args: &Args) {
             let heuristic = heuristic_fp4_knobs(&client, c, 2);
             let h_time = run(&heuristic, 50);
             let mut best = (heuristic, h_time);
+            let mut layouts = Vec::new();
             for k in fp4_candidates(&client, c) {
                 let time = run(&k, 15);
+                layouts.push((k, time));
                 if time < best.1 {
                     best = (k, time);
+                }
+            }
+            layouts.sort_by(|a, b| a.1.total_cmp(&b.1));
+            // The two best layouts with a persistent grid (1-8 cubes per SM; gamma stays in
+            // registers across the rows a lane walks), with and without prefetch (the next row
+            // group's x loaded before the current one is computed) where the row fits the
+            // register cache.
+            let sms = client
+                .properties()
+                .hardware
+                .num_streaming_multiprocessors
+                .unwrap_or(132);
+            for (layout, _) in layouts.into_iter().take(2) {
+                let cached = layout.blocks_per_lane > 0
+                    && layout.lanes_per_row as usize * layout.blocks_per_lane >= c / 16;
+                for prefetch in [false, true] {
+                    if prefetch && !cached {
+                        continue;
+                    }
+                    for per_sm in [1u32, 2, 4, 8] {
+                        let k = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                            max_cubes: Some(sms * per_sm),
+                            prefetch,
+                            ..layout
+                        };
+                        let time = run(&k, 15);
+                        if time < best.1 {
+                            best = (k, time);
+                        }
+                    }
                 }
             }
             let best_time = run(&best.0, 50).min(h_time);

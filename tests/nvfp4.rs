@@ -210,7 +210,8 @@ fn nvfp4_bytes_match_the_host_quantiser() {
 
 /// Every knob path (one or several lanes per row, plane or shared-memory reduction, blocks
 /// cached in registers or streamed, several rows per cube, a capped grid) gives the host's
-/// bytes, including rows whose fp32 sum of squares overflows (~1e30) or underflows (eps 0):
+/// bytes (with and without prefetch, and the PTX math where the device has it), including rows
+/// whose fp32 sum of squares overflows (~1e30) or underflows (eps 0):
 /// the rescue pass.
 #[test]
 fn every_nvfp4_knob_path_matches_the_host() {
@@ -221,6 +222,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
         .features()
         .plane
         .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_knobs");
     let (rows, channels) = (13, 160);
     let (mut x, gamma, _) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
@@ -235,20 +237,27 @@ fn every_nvfp4_knob_path_matches_the_host() {
         for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
             for rows_per_cube in [1u32, 2, 4] {
                 for blocks_per_lane in [0, 10usize.div_ceil(lanes as usize)] {
-                    for max_cubes in [None, Some(2)] {
+                    for (max_cubes, prefetch) in [(None, false), (Some(2), false), (Some(2), true)]
+                    {
                         let knobs = Fp4Knobs {
                             vector_size: 4,
                             lanes_per_row: lanes,
                             rows_per_cube,
                             blocks_per_lane,
                             lane_reduce: reduce,
-                            fast_math: false,
+                            // The PTX paths (SiLU, NaN-propagating amax) where the device has
+                            // them, on every other configuration.
+                            fast_math: ptx && max_cubes.is_some(),
                             max_cubes,
+                            prefetch,
                         };
                         let plane_ok = reduce == LaneReduce::Shared
                             || lanes == 1
                             || (plane_ops && lanes <= hw.plane_size_min);
-                        if lanes * rows_per_cube > hw.max_units_per_cube || !plane_ok {
+                        if lanes * rows_per_cube > hw.max_units_per_cube
+                            || !plane_ok
+                            || (prefetch && blocks_per_lane == 0)
+                        {
                             continue;
                         }
                         let (codes, scales) = launch_with(
@@ -589,4 +598,48 @@ fn kernel_codecs_match_the_host_at_every_code_and_midpoint() {
             assert_eq!(got, want, "E4M3 of {v:e} ({:#010x})", v.to_bits());
         }
     }
+}
+
+/// Prefetch loads into the register cache: knobs that stream the row are refused by name.
+#[test]
+#[should_panic(expected = "prefetch (`.pf`) loads into the register cache")]
+fn nvfp4_prefetch_without_the_register_cache_is_refused() {
+    let mut rng = rng("nvfp4_prefetch_refused");
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, 4, 64, DType::F32);
+    let knobs = Fp4Knobs {
+        vector_size: 4,
+        lanes_per_row: 1,
+        rows_per_cube: 1,
+        blocks_per_lane: 0,
+        lane_reduce: LaneReduce::Shared,
+        fast_math: false,
+        max_cubes: Some(1),
+        prefetch: true,
+    };
+    launch_with(
+        &x,
+        &gamma,
+        4,
+        64,
+        DType::F32,
+        NormParams::rms(eps),
+        Fp4Recipe::Cudnn,
+        ScaleLayout::RowMajor,
+        1.0,
+        knobs,
+    );
+}
+
+/// The knob text round-trips, prefetch and the PTX math included.
+#[test]
+fn nvfp4_knobs_parse_what_they_print() {
+    for text in [
+        "v8.l4.r32.b1.plane.m-",
+        "v8.l4.r32.b1.plane.m-.fast",
+        "v8.l64.r2.b1.shared.m528.fast.pf",
+        "v4.l1.r2.b3.shared.m2.pf",
+    ] {
+        assert_eq!(Fp4Knobs::parse(text).unwrap().to_string(), text);
+    }
+    assert!(Fp4Knobs::parse("v8.l4.r32.b1.plane.m-.pf.fast").is_err());
 }

@@ -159,6 +159,7 @@ fn nvfp4(args: &[String]) {
         fast_math: knobs.fast_math,
         recipe: Fp4Recipe::TransformerEngine,
         layout: ScaleLayout::RowMajor,
+        prefetch: knobs.prefetch && cached,
     };
     let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);

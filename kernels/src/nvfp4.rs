@@ -75,6 +75,11 @@ pub struct Fp4Knobs {
     pub fast_math: bool,
     /// Cap on the number of cubes (persistent grid); `None`: one cube per row group.
     pub max_cubes: Option<u32>,
+    /// Load the next row group's x (this cube's next step of the grid stride) before the current
+    /// one is computed, so that the loads wait behind arithmetic instead of in front of it.
+    /// Needs the register cache (`blocks_per_lane` covering the row); pays with a persistent
+    /// grid (`max_cubes`), where a cube walks several row groups.
+    pub prefetch: bool,
 }
 
 impl core::fmt::Display for Fp4Knobs {
@@ -95,21 +100,28 @@ impl core::fmt::Display for Fp4Knobs {
         if self.fast_math {
             write!(f, ".fast")?;
         }
+        if self.prefetch {
+            write!(f, ".pf")?;
+        }
         Ok(())
     }
 }
 
 impl Fp4Knobs {
-    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.fast`).
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.fast.pf`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
-                 <plane|shared>.m<max cubes|->[.fast]"
+                 <plane|shared>.m<max cubes|->[.fast][.pf]"
             )
         };
         let parts: Vec<&str> = text.trim().split('.').collect();
-        let (fields, fast_math) = match parts.as_slice() {
+        let (fields, prefetch) = match parts.as_slice() {
+            [fields @ .., "pf"] => (fields, true),
+            fields => (fields, false),
+        };
+        let (fields, fast_math) = match fields {
             [fields @ .., "fast"] => (fields, true),
             fields => (fields, false),
         };
@@ -136,6 +148,7 @@ impl Fp4Knobs {
                 "m-" => None,
                 m => Some(num(m, 'm')? as u32),
             },
+            prefetch,
         })
     }
 }
@@ -211,6 +224,8 @@ pub struct Fp4Config {
     pub fast_math: bool,
     pub recipe: Fp4Recipe,
     pub layout: ScaleLayout,
+    /// [`Fp4Knobs::prefetch`] (only with `blocks_per_lane > 0`).
+    pub prefetch: bool,
 }
 
 impl Fp4Config {
@@ -627,6 +642,23 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
             }
         }
     }
+    // Prefetch: the raw x of this step's row (`xr`) and of the next step's (`xn`), loaded one
+    // grid-stride step ahead.
+    let raw_len = comptime![if cfg.prefetch { bpl * per_block } else { 1 }];
+    let mut xr = Array::<Vector<E, N>>::new(raw_len);
+    let mut xn = Array::<Vector<E, N>>::new(raw_len);
+    if comptime![cfg.prefetch] {
+        let first = group * rows_per_cube + y;
+        load_lane_blocks::<E, N>(
+            x,
+            first * x_row_stride,
+            &mut xr,
+            lane,
+            blocks,
+            first < rows,
+            cfg,
+        );
+    }
 
     while group < groups {
         let step_first_row = group * rows_per_cube;
@@ -635,7 +667,30 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
         let base = row * x_row_stride;
         // Pass 1: this lane's sum of squares (blocks cached in registers when they fit).
         let mut acc = Vector::<f32, N>::new(0.0f32);
-        if comptime![bpl > 0] {
+        if comptime![cfg.prefetch] {
+            let next = (group + CUBE_COUNT) * rows_per_cube + y;
+            load_lane_blocks::<E, N>(
+                x,
+                next * x_row_stride,
+                &mut xn,
+                lane,
+                blocks,
+                next < rows,
+                cfg,
+            );
+            #[unroll]
+            for i in 0..bpl {
+                let b = lane + i * lanes;
+                if active && b < blocks {
+                    #[unroll]
+                    for h in 0..per_block {
+                        let f = Vector::<f32, N>::cast_from(xr[i * per_block + h]);
+                        xf[i * per_block + h] = f;
+                        acc += f * f;
+                    }
+                }
+            }
+        } else if comptime![bpl > 0] {
             #[unroll]
             for i in 0..bpl {
                 let b = lane + i * lanes;
@@ -780,7 +835,39 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                 );
             }
         }
+        if comptime![cfg.prefetch] {
+            #[unroll]
+            for k in 0..raw_len {
+                xr[k] = xn[k];
+            }
+        }
         group += CUBE_COUNT;
+    }
+}
+
+/// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into `xr` (raw), when
+/// `valid`; a lane's blocks past the row's end are left alone.
+#[cube]
+fn load_lane_blocks<E: Float, N: Size>(
+    x: &[Vector<E, N>],
+    base: usize,
+    xr: &mut Array<Vector<E, N>>,
+    lane: usize,
+    blocks: usize,
+    valid: bool,
+    #[comptime] cfg: Fp4Config,
+) {
+    let per_block = comptime![BLOCK / cfg.vector_size];
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    #[unroll]
+    for i in 0..cfg.blocks_per_lane {
+        let b = lane + i * lanes;
+        if valid && b < blocks {
+            #[unroll]
+            for h in 0..per_block {
+                xr[i * per_block + h] = x[base + b * per_block + h];
+            }
+        }
     }
 }
 
@@ -851,6 +938,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             lane_reduce: LaneReduce::Shared,
             fast_math,
             max_cubes: None,
+            prefetch: false,
         };
     }
     let plane = hw.plane_size_min.max(1);
@@ -870,6 +958,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         lane_reduce,
         fast_math,
         max_cubes: None,
+        prefetch: false,
     }
 }
 
@@ -969,6 +1058,13 @@ pub fn launch_forward_nvfp4(
         return bad("fast_math needs a CUDA device".into());
     }
     let cached = knobs.blocks_per_lane > 0 && lanes as usize * knobs.blocks_per_lane >= blocks;
+    if knobs.prefetch && !cached {
+        return bad(format!(
+            "prefetch (`.pf`) loads into the register cache: {lanes} lanes x {} blocks per lane \
+             do not hold the {blocks} blocks of a row",
+            knobs.blocks_per_lane
+        ));
+    }
     let cfg = Fp4Config {
         vector_size: v,
         lanes_per_row: lanes,
@@ -979,6 +1075,7 @@ pub fn launch_forward_nvfp4(
         fast_math: knobs.fast_math && activation == Activation::Silu,
         recipe: target.recipe,
         layout: target.layout,
+        prefetch: knobs.prefetch,
     };
     let groups = rows.div_ceil(knobs.rows_per_cube as usize);
     let cubes = groups
