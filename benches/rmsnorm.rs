@@ -50,7 +50,8 @@ struct Args {
 }
 
 /// `all`, or those of them named in `RMSNORM_BENCH_C=1024,2048` (for a short device call;
-/// `tune` then writes a table of those C only, to merge by hand). Used by `tune` and `fallback`.
+/// `tune` then writes a table of those C only, to merge by hand). Used by `tune`, `fallback`
+/// and `quant`.
 fn bench_channels(all: &[usize]) -> Vec<usize> {
     match std::env::var("RMSNORM_BENCH_C") {
         Err(_) => all.to_vec(),
@@ -980,6 +981,7 @@ fn fp4_candidates(
                 vector_size: 8,
                 lanes_per_row: lanes,
                 rows_per_cube: units / lanes,
+                rows_per_unit: 1,
                 blocks_per_lane: if bpl <= 16 { bpl } else { 0 },
                 lane_reduce: if lanes <= hw.plane_size_min {
                     LaneReduce::Plane
@@ -1014,7 +1016,7 @@ fn quant(timer: &mut Timer, args: &Args) {
     } else {
         &[24_960, 99_840, 399_360]
     };
-    for c in CHANNELS {
+    for c in bench_channels(&CHANNELS) {
         for &t in tokens {
             let n = t * c;
             let b = Buffers::new(timer, t, c);
@@ -1105,6 +1107,32 @@ fn quant(timer: &mut Timer, args: &Args) {
                             prefetch,
                             ..layout
                         };
+                        let time = run(&k, 15);
+                        if time < best.1 {
+                            best = (k, time);
+                        }
+                    }
+                }
+                // Two rows per unit (the cube keeps its size): one grid or a persistent one,
+                // with prefetch there where the row fits the register cache.
+                if layout.rows_per_cube >= 2 {
+                    let two = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                        rows_per_cube: layout.rows_per_cube / 2,
+                        rows_per_unit: 2,
+                        ..layout
+                    };
+                    let mut variants = vec![two];
+                    for per_sm in [2u32, 4] {
+                        for prefetch in [false, cached] {
+                            variants.push(burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                                max_cubes: Some(sms * per_sm),
+                                prefetch,
+                                ..two
+                            });
+                        }
+                    }
+                    variants.dedup();
+                    for k in variants {
                         let time = run(&k, 15);
                         if time < best.1 {
                             best = (k, time);

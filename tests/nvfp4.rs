@@ -210,7 +210,8 @@ fn nvfp4_bytes_match_the_host_quantiser() {
 
 /// Every knob path (one or several lanes per row, plane or shared-memory reduction, blocks
 /// cached in registers or streamed, several rows per cube, a capped grid) gives the host's
-/// bytes (with and without prefetch, and the PTX math where the device has it), including rows
+/// bytes (with and without prefetch, one or two rows per unit, and the PTX math where the device
+/// has it), including rows
 /// whose fp32 sum of squares overflows (~1e30) or underflows (eps 0):
 /// the rescue pass.
 #[test]
@@ -237,12 +238,18 @@ fn every_nvfp4_knob_path_matches_the_host() {
         for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
             for rows_per_cube in [1u32, 2, 4] {
                 for blocks_per_lane in [0, 10usize.div_ceil(lanes as usize)] {
-                    for (max_cubes, prefetch) in [(None, false), (Some(2), false), (Some(2), true)]
-                    {
+                    for (max_cubes, prefetch, rows_per_unit) in [
+                        (None, false, 1),
+                        (Some(2), false, 1),
+                        (Some(2), true, 1),
+                        (None, false, 2),
+                        (Some(2), true, 2),
+                    ] {
                         let knobs = Fp4Knobs {
                             vector_size: 4,
                             lanes_per_row: lanes,
                             rows_per_cube,
+                            rows_per_unit,
                             blocks_per_lane,
                             lane_reduce: reduce,
                             // The PTX paths (SiLU, NaN-propagating amax) where the device has
@@ -610,6 +617,7 @@ fn nvfp4_prefetch_without_the_register_cache_is_refused() {
         vector_size: 4,
         lanes_per_row: 1,
         rows_per_cube: 1,
+        rows_per_unit: 1,
         blocks_per_lane: 0,
         lane_reduce: LaneReduce::Shared,
         fast_math: false,
@@ -638,6 +646,8 @@ fn nvfp4_knobs_parse_what_they_print() {
         "v8.l4.r32.b1.plane.m-.fast",
         "v8.l64.r2.b1.shared.m528.fast.pf",
         "v4.l1.r2.b3.shared.m2.pf",
+        "v8.l16.r4.b1.plane.m-.u2.fast",
+        "v8.l16.r4.b1.plane.m264.u2.fast.pf",
     ] {
         assert_eq!(Fp4Knobs::parse(text).unwrap().to_string(), text);
     }

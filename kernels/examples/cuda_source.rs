@@ -153,6 +153,7 @@ fn nvfp4(args: &[String]) {
         vector_size: knobs.vector_size,
         lanes_per_row: knobs.lanes_per_row,
         rows_per_cube: knobs.rows_per_cube,
+        rows_per_unit: knobs.rows_per_unit,
         blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },
         lane_reduce: knobs.lane_reduce,
         activation: Activation::Silu,

@@ -67,6 +67,9 @@ pub struct Fp4Knobs {
     pub lanes_per_row: u32,
     /// Rows per cube.
     pub rows_per_cube: u32,
+    /// Rows each unit handles per step (independent rows for the scheduler to interleave; the
+    /// per-row work that is not per element, and gamma, shared between them).
+    pub rows_per_unit: u32,
     /// Blocks each lane keeps in registers; 0 streams the row (reads it twice).
     pub blocks_per_lane: usize,
     /// How the lanes of a row add their sums of squares.
@@ -97,6 +100,9 @@ impl core::fmt::Display for Fp4Knobs {
             Some(m) => write!(f, ".m{m}")?,
             None => write!(f, ".m-")?,
         }
+        if self.rows_per_unit != 1 {
+            write!(f, ".u{}", self.rows_per_unit)?;
+        }
         if self.fast_math {
             write!(f, ".fast")?;
         }
@@ -108,12 +114,12 @@ impl core::fmt::Display for Fp4Knobs {
 }
 
 impl Fp4Knobs {
-    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.fast.pf`).
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
-                 <plane|shared>.m<max cubes|->[.fast][.pf]"
+                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf]"
             )
         };
         let parts: Vec<&str> = text.trim().split('.').collect();
@@ -124,6 +130,12 @@ impl Fp4Knobs {
         let (fields, fast_math) = match fields {
             [fields @ .., "fast"] => (fields, true),
             fields => (fields, false),
+        };
+        let (fields, rows_per_unit) = match fields {
+            [fields @ .., u] if u.starts_with('u') => {
+                (fields, u[1..].parse::<u32>().map_err(|_| bad())?)
+            }
+            fields => (fields, 1),
         };
         let [v, l, r, b, reduce, m] = fields else {
             return Err(bad());
@@ -137,6 +149,7 @@ impl Fp4Knobs {
             vector_size: num(v, 'v')? as usize,
             lanes_per_row: num(l, 'l')? as u32,
             rows_per_cube: num(r, 'r')? as u32,
+            rows_per_unit,
             blocks_per_lane: num(b, 'b')? as usize,
             lane_reduce: match *reduce {
                 "plane" => LaneReduce::Plane,
@@ -218,6 +231,7 @@ pub struct Fp4Config {
     pub vector_size: usize,
     pub lanes_per_row: u32,
     pub rows_per_cube: u32,
+    pub rows_per_unit: u32,
     pub blocks_per_lane: usize,
     pub lane_reduce: LaneReduce,
     pub activation: Activation,
@@ -234,7 +248,7 @@ impl Fp4Config {
         RowConfig {
             lanes_per_row: self.lanes_per_row,
             rows_per_cube: self.rows_per_cube,
-            rows_per_unit: 1,
+            rows_per_unit: self.rows_per_unit,
             vectors_per_lane: 0,
             lane_reduce: self.lane_reduce,
             gamma: GammaIn::Global,
@@ -603,30 +617,37 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
 ) {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let rpu = comptime![cfg.rows_per_unit as usize];
     let bpl = comptime![cfg.blocks_per_lane];
     let per_block = comptime![BLOCK / cfg.vector_size];
+    // One row's cache: `bpl` blocks of `per_block` vectors.
+    let row_cache = comptime![bpl * per_block];
     let rcfg = comptime![cfg.rows()];
     let shared_len = comptime![match cfg.lane_reduce {
-        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube) as usize,
+        LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube * cfg.rows_per_unit) as usize,
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
     let lane = UNIT_POS_X as usize;
     let y = UNIT_POS_Y as usize;
+    // A step of the grid stride covers `rows_per_cube * rows_per_unit` rows; unit row `y` has
+    // rows `y, y + rows_per_cube, ...` of it.
+    let step_rows = comptime![rows_per_cube * rpu];
     #[allow(clippy::manual_div_ceil)]
-    let groups = (rows + rows_per_cube - 1) / rows_per_cube;
+    let groups = (rows + step_rows - 1) / step_rows;
     let mut group = CUBE_POS;
-    let mut sums = Array::<f32>::new(1usize);
-    let mut rescued = Array::<f32>::new(1usize);
+    let mut sums = Array::<f32>::new(rpu);
+    let mut rescued = Array::<f32>::new(rpu);
+    let mut prescales = Array::<f32>::new(rpu);
     let small = small_eps(eps, floor);
     let mut ys = Array::<Vector<f32, N>>::new(per_block);
-    // The register cache: the lane's blocks of x as f32 (converted once, for the sum of squares
-    // and for y), and gamma's (loaded once per lane, for every row it walks) up to
+    // The register cache: the unit's blocks of x as f32 (converted once, for the sum of squares
+    // and for y), and gamma's (loaded once per lane, for every row it handles) up to
     // `GAMMA_REGISTER_BLOCKS` blocks; `xt`/`gt` hold one streamed block.
     let gamma_regs = comptime![bpl > 0 && bpl <= GAMMA_REGISTER_BLOCKS];
-    let mut xf = Array::<Vector<f32, N>>::new(comptime![(bpl * per_block).max(1)]);
+    let mut xf = Array::<Vector<f32, N>>::new(comptime![(rpu * row_cache).max(1)]);
     let mut g_regs =
-        Array::<Vector<f32, N>>::new(comptime![if gamma_regs { bpl * per_block } else { 1 }]);
+        Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
     let mut gt = Array::<Vector<f32, N>>::new(per_block);
     if comptime![gamma_regs] {
@@ -642,151 +663,188 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
             }
         }
     }
-    // Prefetch: the raw x of this step's row (`xr`) and of the next step's (`xn`), loaded one
+    // Prefetch: the raw x of this step's rows (`xr`) and of the next step's (`xn`), loaded one
     // grid-stride step ahead.
-    let raw_len = comptime![if cfg.prefetch { bpl * per_block } else { 1 }];
+    let raw_len = comptime![if cfg.prefetch { rpu * row_cache } else { 1 }];
     let mut xr = Array::<Vector<E, N>>::new(raw_len);
     let mut xn = Array::<Vector<E, N>>::new(raw_len);
     if comptime![cfg.prefetch] {
-        let first = group * rows_per_cube + y;
-        load_lane_blocks::<E, N>(
-            x,
-            first * x_row_stride,
-            &mut xr,
-            lane,
-            blocks,
-            first < rows,
-            cfg,
-        );
+        #[unroll]
+        for u in 0..rpu {
+            let first = group * step_rows + y + u * rows_per_cube;
+            load_lane_blocks::<E, N>(
+                x,
+                first * x_row_stride,
+                &mut xr,
+                u * row_cache,
+                lane,
+                blocks,
+                first < rows,
+                cfg,
+            );
+        }
     }
 
     while group < groups {
-        let step_first_row = group * rows_per_cube;
-        let row = step_first_row + y;
-        let active = row < rows;
-        let base = row * x_row_stride;
-        // Pass 1: this lane's sum of squares (blocks cached in registers when they fit).
-        let mut acc = Vector::<f32, N>::new(0.0f32);
+        let step_first_row = group * step_rows;
         if comptime![cfg.prefetch] {
-            let next = (group + CUBE_COUNT) * rows_per_cube + y;
-            load_lane_blocks::<E, N>(
-                x,
-                next * x_row_stride,
-                &mut xn,
-                lane,
-                blocks,
-                next < rows,
-                cfg,
-            );
             #[unroll]
-            for i in 0..bpl {
-                let b = lane + i * lanes;
-                if active && b < blocks {
-                    #[unroll]
-                    for h in 0..per_block {
-                        let f = Vector::<f32, N>::cast_from(xr[i * per_block + h]);
-                        xf[i * per_block + h] = f;
-                        acc += f * f;
-                    }
-                }
-            }
-        } else if comptime![bpl > 0] {
-            #[unroll]
-            for i in 0..bpl {
-                let b = lane + i * lanes;
-                if active && b < blocks {
-                    #[unroll]
-                    for h in 0..per_block {
-                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
-                        xf[i * per_block + h] = f;
-                        acc += f * f;
-                    }
-                }
-            }
-        } else if active {
-            let mut b = lane;
-            while b < blocks {
-                #[unroll]
-                for h in 0..per_block {
-                    let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
-                    acc += f * f;
-                }
-                b += lanes;
+            for u in 0..rpu {
+                let next = (group + CUBE_COUNT) * step_rows + y + u * rows_per_cube;
+                load_lane_blocks::<E, N>(
+                    x,
+                    next * x_row_stride,
+                    &mut xn,
+                    u * row_cache,
+                    lane,
+                    blocks,
+                    next < rows,
+                    cfg,
+                );
             }
         }
-        sums[0] = horizontal_sum::<N>(acc);
-        let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, rcfg);
-        let mut p = 1.0f32;
-        if rescue {
-            p = prescale(sums[0], active, small);
-            let pv = Vector::<f32, N>::new(p);
+        // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
+        #[unroll]
+        for u in 0..rpu {
+            let row = step_first_row + y + u * rows_per_cube;
+            let active = row < rows;
+            let base = row * x_row_stride;
             let mut acc = Vector::<f32, N>::new(0.0f32);
-            if active {
+            if comptime![bpl > 0] {
+                #[unroll]
+                for i in 0..bpl {
+                    let b = lane + i * lanes;
+                    if active && b < blocks {
+                        #[unroll]
+                        for h in 0..per_block {
+                            let k = u * row_cache + i * per_block + h;
+                            #[allow(unused_assignments)]
+                            let mut f = Vector::<f32, N>::new(0.0f32);
+                            if comptime![cfg.prefetch] {
+                                f = Vector::<f32, N>::cast_from(xr[k]);
+                            } else {
+                                f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+                            }
+                            xf[k] = f;
+                            acc += f * f;
+                        }
+                    }
+                }
+            } else if active {
                 let mut b = lane;
                 while b < blocks {
                     #[unroll]
                     for h in 0..per_block {
-                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]) * pv;
+                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
                         acc += f * f;
                     }
                     b += lanes;
                 }
             }
-            rescued[0] = horizontal_sum::<N>(acc);
+            sums[u] = horizontal_sum::<N>(acc);
+        }
+        let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, rcfg);
+        #[unroll]
+        for u in 0..rpu {
+            prescales[u] = 1.0f32;
+        }
+        if rescue {
+            // Rescued rows (rare) re-read x with the exact power-of-two prescale `p`.
+            #[unroll]
+            for u in 0..rpu {
+                let row = step_first_row + y + u * rows_per_cube;
+                let active = row < rows;
+                let base = row * x_row_stride;
+                let p = prescale(sums[u], active, small);
+                prescales[u] = p;
+                let pv = Vector::<f32, N>::new(p);
+                let mut acc = Vector::<f32, N>::new(0.0f32);
+                if active {
+                    let mut b = lane;
+                    while b < blocks {
+                        #[unroll]
+                        for h in 0..per_block {
+                            let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]) * pv;
+                            acc += f * f;
+                        }
+                        b += lanes;
+                    }
+                }
+                rescued[u] = horizontal_sum::<N>(acc);
+            }
             lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, rcfg);
         }
         // Pass 2: y block by block, quantised and stored.
-        if active {
-            if p == 1.0f32 {
-                let scale = inv_rms(sums[0], inv_channels, eps, floor);
-                if comptime![bpl > 0] {
-                    #[unroll]
-                    for i in 0..bpl {
-                        let b = lane + i * lanes;
-                        if b < blocks {
-                            let at = BlockAt {
-                                row,
-                                b,
-                                blocks,
-                                column_tiles,
-                            };
-                            if comptime![gamma_regs] {
-                                write_block::<S, N>(
-                                    &xf,
-                                    i * per_block,
-                                    &g_regs,
-                                    i * per_block,
-                                    codes,
-                                    scales,
-                                    at,
-                                    scale,
-                                    1.0f32,
-                                    s_enc,
-                                    &mut ys,
-                                    cfg,
-                                    false,
-                                );
-                            } else {
-                                load_gamma_block::<G, N>(gamma, b, &mut gt, per_block);
-                                write_block::<S, N>(
-                                    &xf,
-                                    i * per_block,
-                                    &gt,
-                                    0,
-                                    codes,
-                                    scales,
-                                    at,
-                                    scale,
-                                    1.0f32,
-                                    s_enc,
-                                    &mut ys,
-                                    cfg,
-                                    false,
-                                );
+        #[unroll]
+        for u in 0..rpu {
+            let row = step_first_row + y + u * rows_per_cube;
+            let base = row * x_row_stride;
+            let p = prescales[u];
+            if row < rows {
+                if p == 1.0f32 {
+                    let scale = inv_rms(sums[u], inv_channels, eps, floor);
+                    if comptime![bpl > 0] {
+                        #[unroll]
+                        for i in 0..bpl {
+                            let b = lane + i * lanes;
+                            if b < blocks {
+                                let at = BlockAt {
+                                    row,
+                                    b,
+                                    blocks,
+                                    column_tiles,
+                                };
+                                let first = u * row_cache + i * per_block;
+                                if comptime![gamma_regs] {
+                                    write_block::<S, N>(
+                                        &xf,
+                                        first,
+                                        &g_regs,
+                                        i * per_block,
+                                        codes,
+                                        scales,
+                                        at,
+                                        scale,
+                                        1.0f32,
+                                        s_enc,
+                                        &mut ys,
+                                        cfg,
+                                        false,
+                                    );
+                                } else {
+                                    load_gamma_block::<G, N>(gamma, b, &mut gt, per_block);
+                                    write_block::<S, N>(
+                                        &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
+                                        s_enc, &mut ys, cfg, false,
+                                    );
+                                }
                             }
                         }
+                    } else {
+                        write_streamed_row::<E, G, S, N>(
+                            x,
+                            base,
+                            &mut xt,
+                            &mut gt,
+                            gamma,
+                            codes,
+                            scales,
+                            BlockAt {
+                                row,
+                                b: lane,
+                                blocks,
+                                column_tiles,
+                            },
+                            scale,
+                            1.0f32,
+                            s_enc,
+                            &mut ys,
+                            cfg,
+                            false,
+                        );
                     }
                 } else {
+                    let scale = inv_rms(rescued[u], inv_channels, eps * p * p, floor * p * p);
                     write_streamed_row::<E, G, S, N>(
                         x,
                         base,
@@ -802,37 +860,13 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                             column_tiles,
                         },
                         scale,
-                        1.0f32,
+                        p,
                         s_enc,
                         &mut ys,
                         cfg,
-                        false,
+                        true,
                     );
                 }
-            } else {
-                // Rescued rows (rare) re-read x from memory with the exact prescale.
-                let scale = inv_rms(rescued[0], inv_channels, eps * p * p, floor * p * p);
-                write_streamed_row::<E, G, S, N>(
-                    x,
-                    base,
-                    &mut xt,
-                    &mut gt,
-                    gamma,
-                    codes,
-                    scales,
-                    BlockAt {
-                        row,
-                        b: lane,
-                        blocks,
-                        column_tiles,
-                    },
-                    scale,
-                    p,
-                    s_enc,
-                    &mut ys,
-                    cfg,
-                    true,
-                );
             }
         }
         if comptime![cfg.prefetch] {
@@ -845,13 +879,15 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     }
 }
 
-/// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into `xr` (raw), when
-/// `valid`; a lane's blocks past the row's end are left alone.
+/// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into
+/// `xr[first..]` (raw), when `valid`; a lane's blocks past the row's end are left alone.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_lane_blocks<E: Float, N: Size>(
     x: &[Vector<E, N>],
     base: usize,
     xr: &mut Array<Vector<E, N>>,
+    first: usize,
     lane: usize,
     blocks: usize,
     valid: bool,
@@ -865,7 +901,7 @@ fn load_lane_blocks<E: Float, N: Size>(
         if valid && b < blocks {
             #[unroll]
             for h in 0..per_block {
-                xr[i * per_block + h] = x[base + b * per_block + h];
+                xr[first + i * per_block + h] = x[base + b * per_block + h];
             }
         }
     }
@@ -934,6 +970,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             vector_size,
             lanes_per_row: 1,
             rows_per_cube: 2.min(hw.max_units_per_cube).max(1),
+            rows_per_unit: 1,
             blocks_per_lane: if blocks <= 16 { blocks } else { 0 },
             lane_reduce: LaneReduce::Shared,
             fast_math,
@@ -954,6 +991,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         vector_size,
         lanes_per_row: lanes,
         rows_per_cube: (units / lanes).max(1),
+        rows_per_unit: 1,
         blocks_per_lane: if bpl <= 8 { bpl } else { 0 },
         lane_reduce,
         fast_math,
@@ -1030,6 +1068,9 @@ pub fn launch_forward_nvfp4(
         ));
     }
     let lanes = knobs.lanes_per_row;
+    if knobs.rows_per_unit == 0 {
+        return bad("rows_per_unit must be at least 1".into());
+    }
     if !lanes.is_power_of_two()
         || knobs.rows_per_cube == 0
         || lanes * knobs.rows_per_cube > hw.max_units_per_cube
@@ -1069,6 +1110,7 @@ pub fn launch_forward_nvfp4(
         vector_size: v,
         lanes_per_row: lanes,
         rows_per_cube: knobs.rows_per_cube,
+        rows_per_unit: knobs.rows_per_unit,
         blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },
         lane_reduce,
         activation,
@@ -1077,7 +1119,7 @@ pub fn launch_forward_nvfp4(
         layout: target.layout,
         prefetch: knobs.prefetch,
     };
-    let groups = rows.div_ceil(knobs.rows_per_cube as usize);
+    let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
         .min(hw.max_cube_count.0 as usize);
