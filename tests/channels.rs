@@ -353,21 +353,10 @@ fn every_channels_config_writes_every_element() {
                     .expect_err("max_vector 3 must be refused")
                     .to_string();
                     assert!(err.contains("max_vector 3"), "{err}");
-                    let err = launch_channels_with(
-                        &xt.client,
-                        xt.handle.clone(),
-                        gt.handle.clone(),
-                        out.handle.clone(),
-                        elem(dtype),
-                        elem(dtype),
-                        ChannelsProblem::dense(batches, channels, positions),
-                        norm,
-                        Activation::Silu,
-                        Some(ChannelsConfig {
-                            prefetch: true,
-                            ..cfg
-                        }),
-                    )
+                    let err = launch(ChannelsConfig {
+                        prefetch: true,
+                        ..cfg
+                    })
                     .expect_err("prefetch in the forward must be refused")
                     .to_string();
                     assert!(err.contains("not the forward"), "{err}");
