@@ -1005,7 +1005,6 @@ fn quant(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::nvfp4::{
         Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
     };
-    use burn_rmsnorm_silu::kernels::select_knobs;
     let client = timer.client.clone();
     let mut csv = String::from(
         "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
@@ -1030,7 +1029,11 @@ fn quant(timer: &mut Timer, args: &Args) {
             };
             // FP8: the row kernel's selected knobs.
             let fp8_copy = copy_of(n * 3);
-            let knobs = select_knobs(&client, b.problem, 2, 2, 256);
+            // The FP8 table's knobs (then the bf16 table's, the derived ones, the heuristic).
+            let knobs = burn_rmsnorm_silu::kernels::select::select_output_knobs_with_source(
+                &client, b.problem, 2, 2, "fp8", 256,
+            )
+            .0;
             let fp8 = median(&timer.time(2, 50, || {
                 launch_forward_fp8(
                     &client,
