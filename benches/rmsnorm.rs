@@ -1098,8 +1098,7 @@ fn quant(timer: &mut Timer, args: &Args) {
                 .num_streaming_multiprocessors
                 .unwrap_or(132);
             for (layout, _) in layouts.into_iter().take(2) {
-                let cached = layout.blocks_per_lane > 0
-                    && layout.lanes_per_row as usize * layout.blocks_per_lane >= c / 16;
+                let cached = layout.caches_row(c);
                 for prefetch in [false, true] {
                     if prefetch && !cached {
                         continue;

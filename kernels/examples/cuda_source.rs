@@ -146,9 +146,7 @@ fn nvfp4(args: &[String]) {
     let knobs = Fp4Knobs::parse(args.first().map_or("v8.l4.r32.b3.plane.m-.fast", |s| s))
         .unwrap_or_else(|e| panic!("{e}"));
     let channels: usize = args.get(1).map_or(384, |c| c.parse().expect("C"));
-    let blocks = channels / 16;
-    let cached =
-        knobs.blocks_per_lane > 0 && knobs.lanes_per_row as usize * knobs.blocks_per_lane >= blocks;
+    let cached = knobs.caches_row(channels);
     let cfg = Fp4Config {
         vector_size: knobs.vector_size,
         lanes_per_row: knobs.lanes_per_row,

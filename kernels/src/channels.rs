@@ -517,21 +517,21 @@ fn tiled_shape(
         channels,
         position_vectors,
         cap,
-        limits.max_units,
+        |_| limits.max_units,
         4,
         activation,
     )
 }
 
-/// The tiled shape in cubes of at most `units` units: enough channel groups that a unit caches
-/// at most `cap` channels, then position units (halved, down to `min_px`, while the grid has
-/// fewer than about two tiles per SM).
+/// The tiled shape in cubes of `units(groups)` units (at most the device's): enough channel
+/// groups that a unit caches at most `cap` channels, then position units (halved, down to
+/// `min_px`, while the grid has fewer than about two tiles per SM).
 fn shape_for_units(
     limits: &ChannelsLimits,
     channels: usize,
     position_vectors: usize,
     cap: usize,
-    units: usize,
+    units: impl Fn(usize) -> usize,
     min_px: usize,
     activation: Activation,
 ) -> ChannelsConfig {
@@ -540,7 +540,7 @@ fn shape_for_units(
         .next_power_of_two()
         .clamp(1, 64.min(limits.max_units));
     let per_unit = channels.div_ceil(groups);
-    let mut px = (units / groups).max(1);
+    let mut px = (units(groups).min(limits.max_units) / groups).max(1);
     while px > min_px && position_vectors.div_ceil(px) < 2 * limits.sms {
         px /= 2;
     }
@@ -885,18 +885,12 @@ pub fn channels_backward_config(
     let limits = ChannelsLimits::of(client);
     if limits.gpu && widest >= 2 {
         let vector = widest.min(if channels <= 128 { 8 } else { 4 });
-        let cap = PREFETCH_VALUES / vector;
-        let groups = channels
-            .div_ceil(cap)
-            .next_power_of_two()
-            .clamp(1, 64.min(limits.max_units));
-        let units = (8 * groups).max(128).min(limits.max_units);
         let cfg = shape_for_units(
             &limits,
             channels,
             positions / vector,
-            cap,
-            units,
+            PREFETCH_VALUES / vector,
+            |groups| (8 * groups).max(128),
             8,
             activation,
         );

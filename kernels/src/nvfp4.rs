@@ -114,6 +114,13 @@ impl core::fmt::Display for Fp4Knobs {
 }
 
 impl Fp4Knobs {
+    /// Whether the lanes' register cache holds every block of a row of `channels` elements
+    /// (read once); otherwise the kernel streams the row (reads it twice).
+    pub fn caches_row(&self, channels: usize) -> bool {
+        self.blocks_per_lane > 0
+            && self.lanes_per_row as usize * self.blocks_per_lane >= channels.div_ceil(BLOCK)
+    }
+
     /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
@@ -1098,7 +1105,7 @@ pub fn launch_forward_nvfp4(
     if knobs.fast_math && !has_ptx_math(client) {
         return bad("fast_math needs a CUDA device".into());
     }
-    let cached = knobs.blocks_per_lane > 0 && lanes as usize * knobs.blocks_per_lane >= blocks;
+    let cached = knobs.caches_row(channels);
     if knobs.prefetch && !cached {
         return bad(format!(
             "prefetch (`.pf`) loads into the register cache: {lanes} lanes x {} blocks per lane \
