@@ -50,8 +50,8 @@ struct Args {
 }
 
 /// `all`, or those of them named in `RMSNORM_BENCH_C=1024,2048` (for a short device call;
-/// `tune` then writes a table of those C only, to merge by hand). Used by `tune`, `fallback`
-/// and `quant`.
+/// `tune` then writes a table of those C only, to merge by hand). Used by `tune`, `fallback`,
+/// `quant`, `backward` and `channels` (the shapes of those C).
 fn bench_channels(all: &[usize]) -> Vec<usize> {
     match std::env::var("RMSNORM_BENCH_C") {
         Err(_) => all.to_vec(),
@@ -65,6 +65,24 @@ fn bench_channels(all: &[usize]) -> Vec<usize> {
                 })
                 .collect();
             all.iter().copied().filter(|c| wanted.contains(c)).collect()
+        }
+    }
+}
+
+/// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `backward`).
+fn bench_rows(all: &[usize]) -> Vec<usize> {
+    match std::env::var("RMSNORM_BENCH_T") {
+        Err(_) => all.to_vec(),
+        Ok(list) => {
+            let wanted: Vec<usize> = list
+                .split(',')
+                .map(|t| {
+                    t.trim()
+                        .parse()
+                        .expect("RMSNORM_BENCH_T: comma-separated T values")
+                })
+                .collect();
+            all.iter().copied().filter(|t| wanted.contains(t)).collect()
         }
     }
 }
@@ -499,7 +517,8 @@ fn channels(timer: &mut Timer, args: &Args) {
         [1, 384, 1, 60, 104],
     ];
     let mut csv = String::from("shape,layout,kernel_us,copy_us,ratio_to_copy,gbps\n");
-    for shape in shapes {
+    let wanted = bench_channels(&shapes.map(|s| s[1]));
+    for shape in shapes.into_iter().filter(|s| wanted.contains(&s[1])) {
         let [b, c, t, h, w] = shape;
         let positions = t * h * w;
         let n = b * c * positions;
@@ -704,7 +723,7 @@ fn channels_sweep(
     let fast_math = burn_rmsnorm_silu::kernels::forward::has_ptx_math(client);
     let mut out = Vec::new();
     for max_vector in [2usize, 4, 8] {
-        for px in [8u32, 16, 32, 64, 128, 256] {
+        for px in [4u32, 8, 16, 32, 64, 128, 256] {
             for groups in [1u32, 2, 4, 8, 16, 32, 64] {
                 if !(64..=256).contains(&(px * groups)) {
                     continue;
@@ -881,8 +900,8 @@ fn backward(timer: &mut Timer, args: &Args) {
     let mut csv = String::from(
         "c,t,kernel_us,copy_us,ratio_to_copy,gbps,ieee_us,ieee_ratio,best_knobs,best_us,best_ratio\n",
     );
-    for c in [96usize, 192, 384, 1024] {
-        for t in [24_960usize, 99_840, 399_360] {
+    for c in bench_channels(&[96usize, 192, 384, 1024]) {
+        for t in bench_rows(&[24_960usize, 99_840, 399_360]) {
             let default = BackwardKnobs::for_shape(&client, c, t);
             let n = t * c;
             let x = timer.random(BF16, n, -5.0, 20.0);
@@ -917,16 +936,25 @@ fn backward(timer: &mut Timer, args: &Args) {
                 fast_math: false,
                 ..default
             });
-            let sweep = [1usize, 2, 4, 8].into_iter().flat_map(|cap| {
-                [(128usize, false), (256, false), (128, true), (256, true)].map(
-                    |(units, prefetch)| BackwardKnobs {
-                        max_vectors_per_lane: cap,
-                        units_per_cube: units,
-                        prefetch,
+            let sweep = [1usize, 2, 4, 8]
+                .into_iter()
+                .flat_map(|cap| {
+                    [(128usize, false), (256, false), (128, true), (256, true)].map(
+                        |(units, prefetch)| BackwardKnobs {
+                            max_vectors_per_lane: cap,
+                            units_per_cube: units,
+                            prefetch,
+                            ..default
+                        },
+                    )
+                })
+                // The persistent grid's size: one cube per row group, 1, 2, 4 per SM.
+                .chain(
+                    [Some(0), Some(1), Some(2), Some(4)].map(|cubes_per_sm| BackwardKnobs {
+                        cubes_per_sm,
                         ..default
-                    },
-                )
-            });
+                    }),
+                );
             let best = fastest(timer, sweep, 20, launch)
                 .filter(|&(_, us)| us < kernel)
                 .unwrap_or((default, kernel));

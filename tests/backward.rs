@@ -247,8 +247,8 @@ fn fast_math_backward_on_cuda_only() {
     }
 }
 
-/// Every register cap and cube size the bench sweeps gives the finite-difference gradients
-/// (odd C, a masked last vector slot, rows spread over several cubes); the ones this device
+/// Every register cap, cube size and grid size the bench sweeps gives the finite-difference
+/// gradients (odd C, a masked last vector slot, rows spread over several cubes); the ones this device
 /// refuses (more lanes per row than a cube has, as on the CPU runtime) say why, and bad knob
 /// values are refused with their name.
 #[test]
@@ -271,15 +271,21 @@ fn every_backward_knob_setting_matches_finite_differences() {
         let (dx_fd, dgamma_fd) =
             finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
         let terms = term_scale(&x, &gamma, &w, channels, norm);
-        for (cap, units, prefetch) in [1usize, 2, 4, 8, 64].into_iter().flat_map(|cap| {
-            [(128usize, false), (256, false), (128, true), (256, true)]
-                .map(|(units, prefetch)| (cap, units, prefetch))
-        }) {
+        let grids = [(1usize, 128usize, true, Some(0)), (2, 256, false, Some(1))];
+        for (cap, units, prefetch, cubes_per_sm) in [1usize, 2, 4, 8, 64]
+            .into_iter()
+            .flat_map(|cap| {
+                [(128usize, false), (256, false), (128, true), (256, true)]
+                    .map(|(units, prefetch)| (cap, units, prefetch, None))
+            })
+            .chain(grids)
+        {
             {
                 let knobs = BackwardKnobs {
                     max_vectors_per_lane: cap,
                     units_per_cube: units,
                     prefetch,
+                    cubes_per_sm,
                     ..base
                 };
                 let result = fused_gradients_with(

@@ -96,6 +96,7 @@ fn main() {
     cfg.packed_fp8 = fp8;
     cfg.bf16_input = true;
     cfg.scale_foldable = fp8;
+    cfg.plane_width = 32;
     let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_rows::RmsNormRows::new(
@@ -159,6 +160,11 @@ fn nvfp4(args: &[String]) {
         recipe: Fp4Recipe::TransformerEngine,
         layout: ScaleLayout::RowMajor,
         prefetch: knobs.prefetch && cached,
+        // As `launch_forward_nvfp4` sets them for bf16 on a CUDA device.
+        gamma_registers: knobs.holds_gamma_in_registers(channels),
+        x_words: knobs.vector_size.is_multiple_of(2),
+        gamma_words: knobs.vector_size.is_multiple_of(2),
+        plane_width: 32,
     };
     let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
@@ -166,6 +172,8 @@ fn nvfp4(args: &[String]) {
         settings,
         properties(),
         Arc::new(TargetProperties::default()),
+        BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
@@ -179,6 +187,11 @@ fn nvfp4(args: &[String]) {
         (),
         (),
         knobs.vector_size,
+        if cfg.x_words {
+            knobs.vector_size / 2
+        } else {
+            1
+        },
         cfg,
         [bf16, bf16, ElemType::Float(FloatKind::E4M3)],
     );

@@ -307,7 +307,7 @@ fn load_row_words<W: Size>(
 }
 
 /// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
-/// parts `t, t + units, ...` in order, then a shared-memory tree adds the units (a fixed
+/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then a shared-memory tree adds the units (a fixed
 /// order: the result does not depend on scheduling).
 #[cube(launch_unchecked)]
 pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
@@ -321,13 +321,26 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![units as usize]);
     let j = CUBE_POS;
     let t = UNIT_POS as usize;
-    let mut acc = Vector::<f32, N>::new(0.0f32);
-    let mut p = t;
-    while p < parts {
-        acc += partial[p * vecs + j];
-        p += comptime![units as usize];
+    // Four independent sums (their loads in flight together), added in a fixed order.
+    let step = comptime![units as usize];
+    let mut acc = Array::<Vector<f32, N>>::new(4usize);
+    #[unroll]
+    for k in 0..4 {
+        acc[k] = Vector::<f32, N>::new(0.0f32);
     }
-    shared[t] = acc;
+    let mut p = t;
+    while p + 3 * step < parts {
+        #[unroll]
+        for k in 0..4 {
+            acc[k] += partial[(p + k * step) * vecs + j];
+        }
+        p += 4 * step;
+    }
+    while p < parts {
+        acc[0] += partial[p * vecs + j];
+        p += step;
+    }
+    shared[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     sync_cube();
     let steps = comptime![units.trailing_zeros()];
     #[unroll]
@@ -362,6 +375,12 @@ pub struct BackwardKnobs {
     /// shared memory as 32-bit words (the forward's prefetch). On by default on a GPU
     /// ([`Self::for_shape`]); needs vectors of whole words and the shared memory to stage them.
     pub prefetch: bool,
+    /// Cubes of the persistent grid per SM: `None` as many as the SM's 2048 units hold (at
+    /// most 16), `Some(0)` one cube per row group (no persistent grid), `Some(n)` n per SM.
+    /// Fewer cubes mean fewer dgamma partials; a grid larger than what is resident at once
+    /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
+    /// Written `.s<n>`.
+    pub cubes_per_sm: Option<u32>,
 }
 
 impl BackwardKnobs {
@@ -375,6 +394,7 @@ impl BackwardKnobs {
             max_vectors_per_lane: if gpu { 1 } else { 64 },
             units_per_cube: 256,
             prefetch: false,
+            cubes_per_sm: None,
         }
     }
 
@@ -419,7 +439,11 @@ impl core::fmt::Display for BackwardKnobs {
             self.units_per_cube,
             if self.fast_math { ".fast" } else { "" },
             if self.prefetch { ".pf" } else { "" }
-        )
+        )?;
+        match self.cubes_per_sm {
+            Some(n) => write!(f, ".s{n}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -572,9 +596,11 @@ pub fn launch_backward_with(
         }
     }
     let groups = rows.div_ceil(rows_per_cube).max(1);
-    let cubes = match hw.num_streaming_multiprocessors {
-        Some(sms) if gpu => {
-            groups.min(sms as usize * (2048 / (lanes * rows_per_cube)).clamp(1, 16))
+    let resident = (2048 / (lanes * rows_per_cube)).clamp(1, 16);
+    let cubes = match (knobs.cubes_per_sm, hw.num_streaming_multiprocessors) {
+        (Some(0), _) => groups.min(hw.max_cube_count.0 as usize),
+        (per_sm, Some(sms)) if gpu => {
+            groups.min(sms as usize * per_sm.map_or(resident, |n| n as usize))
         }
         _ => groups.min(64),
     };

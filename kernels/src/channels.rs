@@ -676,6 +676,10 @@ fn group_sum_len(cfg: ChannelsConfig) -> usize {
     2 * (cfg.channel_groups / cfg.plane_groups.max(1)) as usize * cfg.position_units as usize
 }
 
+/// Most f32 slots (16 KiB) the channels-first backward's final dgamma sum stages in shared
+/// memory per round.
+const DG_ROUND_SLOTS: usize = 4096;
+
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
 /// unit's channels of x and dy in registers, two channel-group sums per tile (sum of squares,
 /// then `sum_c du gamma xhat`), `dx = r (du gamma - xhat mean_C(du gamma xhat))` (`r du gamma`
@@ -708,7 +712,9 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     let groups = comptime![cfg.channel_groups as usize];
     let cpu = comptime![cfg.channels_per_unit];
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![group_sum_len(cfg)]);
-    let mut dg_shared = Shared::<[f32]>::new_slice(comptime![px * groups]);
+    let mut dg_shared = Shared::<[f32]>::new_slice(comptime![
+        px * groups * (DG_ROUND_SLOTS / (px * groups)).clamp(1, cpu)
+    ]);
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
     let mut g = Array::<f32>::new(cpu);
@@ -836,26 +842,39 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
         }
         tile += CUBE_COUNT;
     }
-    // The cube's position units add their dgamma partials (a fixed tree; px a power of two).
-    let steps = comptime![(px as u32).trailing_zeros()];
+    // The cube's position units add their dgamma partials: each unit's channels go to shared
+    // memory (channel `c`'s `px` partials side by side), then after one barrier unit `u` adds
+    // channels `u, u + units, ...` over the positions in order (a fixed order). Channels are
+    // taken [`DG_ROUND_SLOTS`] / units per unit at a time, which bounds the shared memory.
+    let units = comptime![px * groups];
+    let chunk = comptime![(DG_ROUND_SLOTS / units).clamp(1, cpu)];
+    let rounds = comptime![cpu.div_ceil(chunk)];
+    let unit = UNIT_POS as usize;
     #[unroll]
-    for i in 0..cpu {
-        let c = cy + i * groups;
-        dg_shared[cy * px + ux] = dg[i];
-        sync_cube();
+    for round in 0..rounds {
+        let first = comptime![round * chunk];
+        let count = comptime![(cpu - round * chunk).min(chunk)];
         #[unroll]
-        for k in 0..steps {
-            let stride = (px >> 1) >> k;
-            if ux < stride {
-                let other = dg_shared[cy * px + ux + stride];
-                dg_shared[cy * px + ux] += other;
+        for i in 0..count {
+            dg_shared[((i * groups) + cy) * px + ux] = dg[first + i];
+        }
+        sync_cube();
+        let mut local = unit;
+        while local < comptime![count * groups] {
+            let c = first * groups + local;
+            if c < channels {
+                let mut total = 0.0f32;
+                #[unroll]
+                for q in 0..px {
+                    total += dg_shared[local * px + q];
+                }
+                partial[CUBE_POS * channels + c] = total;
             }
+            local += units;
+        }
+        if comptime![round + 1 < rounds] {
             sync_cube();
         }
-        if ux == 0 && c < channels {
-            partial[CUBE_POS * channels + c] = dg_shared[cy * px];
-        }
-        sync_cube();
     }
 }
 

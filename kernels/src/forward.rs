@@ -145,42 +145,19 @@ pub(crate) fn lane_sums(
                 rescue = plane_any(mine);
             }
             LaneReduce::Shared => {
-                let lanes_usize = comptime![lanes as usize];
-                let lane = UNIT_POS_X as usize;
-                #[unroll]
-                for r in 0..rows_per_unit {
-                    shared[(r * rows_per_cube + y) * lanes_usize + lane] = partials[r];
+                if comptime![cfg.plane_width > 1 && lanes > cfg.plane_width] {
+                    rescue = plane_then_shared_sums(
+                        partials,
+                        shared,
+                        step_first_row,
+                        rows,
+                        small_eps,
+                        cfg,
+                    );
+                } else {
+                    rescue =
+                        shared_tree_sums(partials, shared, step_first_row, rows, small_eps, cfg);
                 }
-                sync_cube();
-                #[unroll]
-                for k in 0..steps {
-                    let stride = ((lanes >> 1) >> k) as usize;
-                    if lane < stride {
-                        #[unroll]
-                        for r in 0..rows_per_unit {
-                            let first = (r * rows_per_cube + y) * lanes_usize;
-                            let other = shared[first + lane + stride];
-                            shared[first + lane] += other;
-                        }
-                    }
-                    sync_cube();
-                }
-                #[unroll]
-                for r in 0..rows_per_unit {
-                    partials[r] = shared[(r * rows_per_cube + y) * lanes_usize];
-                }
-                // Every unit reads every row total of the cube, so all agree on the rescue
-                // without another barrier.
-                #[unroll]
-                for r in 0..rows_per_unit {
-                    for other_y in 0..rows_per_cube {
-                        let row = step_first_row + other_y + r * rows_per_cube;
-                        let total = shared[(r * rows_per_cube + other_y) * lanes_usize];
-                        rescue = rescue || prescale(total, row < rows, small_eps) != 1.0f32;
-                    }
-                }
-                // Everyone has read its totals before the next rows overwrite them.
-                sync_cube();
             }
         }
     } else {
@@ -190,6 +167,123 @@ pub(crate) fn lane_sums(
             rescue = rescue || prescale(partials[r], row < rows, small_eps) != 1.0f32;
         }
     }
+    rescue
+}
+
+/// [`lane_sums`] through a shared-memory tree over the lanes of each row (`log2(lanes) + 2`
+/// cube barriers); every unit reads every row total of the cube, so all agree on the rescue.
+#[cube]
+fn shared_tree_sums(
+    partials: &mut Array<f32>,
+    shared: &mut Shared<[f32]>,
+    step_first_row: usize,
+    rows: usize,
+    small_eps: bool,
+    #[comptime] cfg: RowConfig,
+) -> bool {
+    let lanes = cfg.lanes_per_row;
+    let steps = comptime![lanes.trailing_zeros()];
+    let rows_per_unit = comptime![cfg.rows_per_unit as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let y = UNIT_POS_Y as usize;
+    let mut rescue = false;
+    let lanes_usize = comptime![lanes as usize];
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..rows_per_unit {
+        shared[(r * rows_per_cube + y) * lanes_usize + lane] = partials[r];
+    }
+    sync_cube();
+    #[unroll]
+    for k in 0..steps {
+        let stride = ((lanes >> 1) >> k) as usize;
+        if lane < stride {
+            #[unroll]
+            for r in 0..rows_per_unit {
+                let first = (r * rows_per_cube + y) * lanes_usize;
+                let other = shared[first + lane + stride];
+                shared[first + lane] += other;
+            }
+        }
+        sync_cube();
+    }
+    #[unroll]
+    for r in 0..rows_per_unit {
+        partials[r] = shared[(r * rows_per_cube + y) * lanes_usize];
+    }
+    // Every unit reads every row total of the cube, so all agree on the rescue
+    // without another barrier.
+    #[unroll]
+    for r in 0..rows_per_unit {
+        for other_y in 0..rows_per_cube {
+            let row = step_first_row + other_y + r * rows_per_cube;
+            let total = shared[(r * rows_per_cube + other_y) * lanes_usize];
+            rescue = rescue || prescale(total, row < rows, small_eps) != 1.0f32;
+        }
+    }
+    // Everyone has read its totals before the next rows overwrite them.
+    sync_cube();
+    rescue
+}
+
+/// [`lane_sums`] for rows wider than a plane (`lanes` a multiple of `cfg.plane_width`, so each
+/// plane lies within one row): each plane adds its lanes by a shuffle butterfly (every lane gets
+/// the same bits), its first lane writes the plane's sum to shared memory, and after one barrier
+/// every unit adds the planes of every row of the cube in plane order (a fixed order: all lanes
+/// of a row get the same total, and all units agree on the rescue). Two cube barriers.
+#[cube]
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
+fn plane_then_shared_sums(
+    partials: &mut Array<f32>,
+    shared: &mut Shared<[f32]>,
+    step_first_row: usize,
+    rows: usize,
+    small_eps: bool,
+    #[comptime] cfg: RowConfig,
+) -> bool {
+    let width = cfg.plane_width;
+    let steps = comptime![width.trailing_zeros()];
+    let planes = comptime![(cfg.lanes_per_row / cfg.plane_width) as usize];
+    let rows_per_unit = comptime![cfg.rows_per_unit as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let y = UNIT_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let width_usize = comptime![width as usize];
+    #[unroll]
+    for k in 0..steps {
+        let mask = (width >> 1) >> k;
+        #[unroll]
+        for r in 0..rows_per_unit {
+            let other = plane_shuffle_xor(partials[r], mask);
+            partials[r] += other;
+        }
+    }
+    if lane % width_usize == 0 {
+        #[unroll]
+        for r in 0..rows_per_unit {
+            shared[(r * rows_per_cube + y) * planes + lane / width_usize] = partials[r];
+        }
+    }
+    sync_cube();
+    let mut rescue = false;
+    #[unroll]
+    for r in 0..rows_per_unit {
+        for other_y in 0..rows_per_cube {
+            let first = (r * rows_per_cube + other_y) * planes;
+            let mut total = 0.0f32;
+            #[unroll]
+            for q in 0..planes {
+                total += shared[first + q];
+            }
+            if other_y == y {
+                partials[r] = total;
+            }
+            let row = step_first_row + other_y + r * rows_per_cube;
+            rescue = rescue || prescale(total, row < rows, small_eps) != 1.0f32;
+        }
+    }
+    // Everyone has read the planes' sums before the next rows overwrite them.
+    sync_cube();
     rescue
 }
 
@@ -305,6 +399,16 @@ pub(crate) fn is_gpu(client: &Client) -> bool {
         .plane
         .contains(cubecl::ir::features::Plane::Ops);
     has_plane_ops && client.properties().hardware.plane_size_min >= 32
+}
+
+/// The plane width the shared-memory lane reduction may shuffle across
+/// ([`RowConfig::plane_width`]): the plane size on a GPU, 1 (no plane operations) elsewhere.
+pub fn reduction_plane_width(client: &Client) -> u32 {
+    if is_gpu(client) {
+        client.properties().hardware.plane_size_min
+    } else {
+        1
+    }
 }
 
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
@@ -1310,6 +1414,7 @@ pub fn launch_forward_to(
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
     cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
+    cfg.plane_width = reduction_plane_width(client);
     cfg.packed_fp8 = cfg.saturating_cast
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);

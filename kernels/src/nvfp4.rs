@@ -26,7 +26,7 @@ use cubecl::server::Handle;
 
 use crate::forward::{
     ForwardError, LOG2_E, RowsProblem, has_ptx_math, horizontal_sum, input_scale, inv_rms,
-    lane_sums, output_value,
+    lane_sums, output_value, reduction_plane_width, words_to_f32,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
@@ -119,6 +119,14 @@ impl Fp4Knobs {
     pub fn caches_row(&self, channels: usize) -> bool {
         self.blocks_per_lane > 0
             && self.lanes_per_row as usize * self.blocks_per_lane >= channels.div_ceil(BLOCK)
+    }
+
+    /// Whether the kernel keeps gamma in registers for rows of `channels` elements (see
+    /// [`Fp4Config::gamma_registers`]).
+    pub fn holds_gamma_in_registers(&self, channels: usize) -> bool {
+        self.caches_row(channels)
+            && self.blocks_per_lane <= GAMMA_REGISTER_BLOCKS
+            && self.max_cubes.is_some()
     }
 
     /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
@@ -247,6 +255,17 @@ pub struct Fp4Config {
     pub layout: ScaleLayout,
     /// [`Fp4Knobs::prefetch`] (only with `blocks_per_lane > 0`).
     pub prefetch: bool,
+    /// Gamma held in registers as f32 for every row a lane handles: with the register cache,
+    /// up to [`GAMMA_REGISTER_BLOCKS`] blocks per lane, and only on a persistent grid (one
+    /// row group per cube gains nothing from it but the registers it costs).
+    pub gamma_registers: bool,
+    /// `x` is bf16 and read through its 32-bit word view (`w << 16`, `w & 0xffff0000` are the
+    /// two values' f32 bits: no byte permutes for the high halves). Set at launch.
+    pub x_words: bool,
+    /// The same for a bf16 `gamma`.
+    pub gamma_words: bool,
+    /// [`crate::RowConfig::plane_width`] for the lane sums (set at launch).
+    pub plane_width: u32,
 }
 
 impl Fp4Config {
@@ -268,6 +287,7 @@ impl Fp4Config {
             saturating_cast: false,
             packed_fp8: false,
             scale_foldable: false,
+            plane_width: self.plane_width,
         }
     }
 }
@@ -544,17 +564,35 @@ fn write_block<S: Float, N: Size>(
     );
 }
 
+/// Vector `i` of `values` as f32: through the 32-bit word view `words` when `bf16` (see
+/// [`Fp4Config::x_words`]), else by the plain cast.
+#[cube]
+fn load_f32<T: Float, N: Size, W: Size>(
+    values: &[Vector<T, N>],
+    words: &[Vector<u32, W>],
+    i: usize,
+    #[comptime] bf16: bool,
+) -> Vector<f32, N> {
+    if comptime![bf16] {
+        words_to_f32::<T, N, W>(words[i], true)
+    } else {
+        Vector::<f32, N>::cast_from(values[i])
+    }
+}
+
 /// Gamma of block `b` into `gt[0..16 / N]` as f32.
 #[cube]
-fn load_gamma_block<G: Float, N: Size>(
+fn load_gamma_block<G: Float, N: Size, W: Size>(
     gamma: &[Vector<G, N>],
+    gamma_words: &[Vector<u32, W>],
     b: usize,
     gt: &mut Array<Vector<f32, N>>,
-    #[comptime] per_block: usize,
+    #[comptime] cfg: Fp4Config,
 ) {
+    let per_block = comptime![BLOCK / cfg.vector_size];
     #[unroll]
     for h in 0..per_block {
-        gt[h] = Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
+        gt[h] = load_f32::<G, N, W>(gamma, gamma_words, b * per_block + h, cfg.gamma_words);
     }
 }
 
@@ -563,12 +601,14 @@ fn load_gamma_block<G: Float, N: Size>(
 /// [`write_block`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
+fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
+    x_words: &[Vector<u32, W>],
     base: usize,
     xt: &mut Array<Vector<f32, N>>,
     gt: &mut Array<Vector<f32, N>>,
     gamma: &[Vector<G, N>],
+    gamma_words: &[Vector<u32, W>],
     codes: &mut [u32],
     scales: &mut [S],
     at: BlockAt,
@@ -585,9 +625,9 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
     while b < at.blocks {
         #[unroll]
         for h in 0..per_block {
-            xt[h] = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+            xt[h] = load_f32::<E, N, W>(x, x_words, base + b * per_block + h, cfg.x_words);
         }
-        load_gamma_block::<G, N>(gamma, b, gt, per_block);
+        load_gamma_block::<G, N, W>(gamma, gamma_words, b, gt, cfg);
         let block = BlockAt {
             row: at.row,
             b,
@@ -606,9 +646,11 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size>(
 /// `scales` one `S` (E4M3) per block at [`scale_offset`].
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
+pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
+    x_words: &[Vector<u32, W>],
     gamma: &[Vector<G, N>],
+    gamma_words: &[Vector<u32, W>],
     codes: &mut [u32],
     scales: &mut [S],
     rows: usize,
@@ -651,7 +693,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
     // The register cache: the unit's blocks of x as f32 (converted once, for the sum of squares
     // and for y), and gamma's (loaded once per lane, for every row it handles) up to
     // `GAMMA_REGISTER_BLOCKS` blocks; `xt`/`gt` hold one streamed block.
-    let gamma_regs = comptime![bpl > 0 && bpl <= GAMMA_REGISTER_BLOCKS];
+    let gamma_regs = comptime![cfg.gamma_registers];
     let mut xf = Array::<Vector<f32, N>>::new(comptime![(rpu * row_cache).max(1)]);
     let mut g_regs =
         Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
@@ -665,7 +707,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                 #[unroll]
                 for h in 0..per_block {
                     g_regs[i * per_block + h] =
-                        Vector::<f32, N>::cast_from(gamma[b * per_block + h]);
+                        load_f32::<G, N, W>(gamma, gamma_words, b * per_block + h, cfg.gamma_words);
                 }
             }
         }
@@ -730,7 +772,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                             if comptime![cfg.prefetch] {
                                 f = Vector::<f32, N>::cast_from(xr[k]);
                             } else {
-                                f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+                                f = load_f32::<E, N, W>(
+                                    x,
+                                    x_words,
+                                    base + b * per_block + h,
+                                    cfg.x_words,
+                                );
                             }
                             xf[k] = f;
                             acc += f * f;
@@ -742,7 +789,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                 while b < blocks {
                     #[unroll]
                     for h in 0..per_block {
-                        let f = Vector::<f32, N>::cast_from(x[base + b * per_block + h]);
+                        let f =
+                            load_f32::<E, N, W>(x, x_words, base + b * per_block + h, cfg.x_words);
                         acc += f * f;
                     }
                     b += lanes;
@@ -819,7 +867,13 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                                         false,
                                     );
                                 } else {
-                                    load_gamma_block::<G, N>(gamma, b, &mut gt, per_block);
+                                    load_gamma_block::<G, N, W>(
+                                        gamma,
+                                        gamma_words,
+                                        b,
+                                        &mut gt,
+                                        cfg,
+                                    );
                                     write_block::<S, N>(
                                         &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
                                         s_enc, &mut ys, cfg, false,
@@ -828,12 +882,14 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                             }
                         }
                     } else {
-                        write_streamed_row::<E, G, S, N>(
+                        write_streamed_row::<E, G, S, N, W>(
                             x,
+                            x_words,
                             base,
                             &mut xt,
                             &mut gt,
                             gamma,
+                            gamma_words,
                             codes,
                             scales,
                             BlockAt {
@@ -852,12 +908,14 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size>(
                     }
                 } else {
                     let scale = inv_rms(rescued[u], inv_channels, eps * p * p, floor * p * p);
-                    write_streamed_row::<E, G, S, N>(
+                    write_streamed_row::<E, G, S, N, W>(
                         x,
+                        x_words,
                         base,
                         &mut xt,
                         &mut gt,
                         gamma,
+                        gamma_words,
                         codes,
                         scales,
                         BlockAt {
@@ -1113,6 +1171,9 @@ pub fn launch_forward_nvfp4(
             knobs.blocks_per_lane
         ));
     }
+    let bf16 = ElemType::Float(cubecl::ir::FloatKind::BF16);
+    // The word views need whole words per vector; offsets of vectors are then word-aligned.
+    let words = v.is_multiple_of(2);
     let cfg = Fp4Config {
         vector_size: v,
         lanes_per_row: lanes,
@@ -1125,6 +1186,10 @@ pub fn launch_forward_nvfp4(
         recipe: target.recipe,
         layout: target.layout,
         prefetch: knobs.prefetch,
+        gamma_registers: knobs.holds_gamma_in_registers(channels),
+        x_words: words && x_type == bf16,
+        gamma_words: words && gamma_type == bf16,
+        plane_width: reduction_plane_width(client),
     };
     let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
     let cubes = groups
@@ -1137,6 +1202,11 @@ pub fn launch_forward_nvfp4(
         ScaleLayout::Swizzled128x4 => crate::formats::swizzled_scale_bytes(rows, channels),
     };
     let address_type = AddressType::from_len(x_len * v);
+    // The word views (one vector of `v / 2` words per vector of bf16; a 1-element placeholder
+    // of the same buffer where unused).
+    let words_per_vector = if words { v / 2 } else { 1 };
+    let x_words_len = if cfg.x_words { x_len } else { 1 };
+    let gamma_words_len = if cfg.gamma_words { vecs_per_row } else { 1 };
     log::debug!(
         "rms_norm_nvfp4_rows: rows={rows} C={channels} {x_type:?}/{gamma_type:?} knobs={knobs} \
          {:?} {:?} cubes={cubes}",
@@ -1150,8 +1220,11 @@ pub fn launch_forward_nvfp4(
             CubeDim::new_2d(lanes, knobs.rows_per_cube),
             address_type,
             v,
-            BufferArg::from_raw_parts(x, x_len),
-            BufferArg::from_raw_parts(gamma, vecs_per_row),
+            words_per_vector,
+            BufferArg::from_raw_parts(x.clone(), x_len),
+            BufferArg::from_raw_parts(x, x_words_len),
+            BufferArg::from_raw_parts(gamma.clone(), vecs_per_row),
+            BufferArg::from_raw_parts(gamma, gamma_words_len),
             BufferArg::from_raw_parts(target.codes, rows * blocks * 2),
             BufferArg::from_raw_parts(target.scales, scales_len),
             rows,
