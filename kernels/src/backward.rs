@@ -405,6 +405,12 @@ impl BackwardKnobs {
     /// cube for the small rows, 128 units above C = 256; 4 vectors per lane (128 units) for
     /// C = 257..512 at T >= 65536 and for C >= 192 at T >= 200000, 2 for wider rows at
     /// T >= 65536 (fewer lanes per row, more bytes in flight per lane once the grid is full).
+    /// Below T = 200000 the persistent grid is smaller than what fits the SMs (tenth session,
+    /// the sweep's `cubes_per_sm`): 4 cubes per SM for 256-unit cubes (C = 96 T = 24960
+    /// 16.8 -> 14.5 us, T = 99840 29.3 -> 27.9; C = 192 21.3 -> 18.9, 46.9 -> 45.2) and for
+    /// 2 vectors per lane (C = 1024 T = 99840 177.3 -> 168.8), 2 for 4 vectors per lane
+    /// (C = 384 T = 99840 80.0 -> 77.1); 128-unit cubes of one vector per lane keep the full
+    /// grid (C = 384, 1024 at T = 24960: no grid size was faster).
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
         if is_gpu(client) {
@@ -424,6 +430,15 @@ impl BackwardKnobs {
             if cap > 1 {
                 knobs.max_vectors_per_lane = cap;
                 knobs.units_per_cube = 128;
+            }
+            // A smaller persistent grid below T = 200000 (where it was measured): 4 cubes per
+            // SM for 256-unit cubes and 2 vectors per lane, 2 for 4 vectors per lane.
+            if rows < 200_000 {
+                knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
+                    (256, _) | (_, 2) => Some(4),
+                    (_, 4) => Some(2),
+                    _ => None,
+                };
             }
         }
         knobs

@@ -458,8 +458,11 @@ fn vector_for(widest: usize, cfg: &ChannelsConfig) -> Result<usize, ForwardError
 }
 
 /// The channels-first launch shape for `channels` and `positions` positions in all (over the
-/// batches), whose layout allows vectors of `widest` positions: [`tiled_channels_config`], with
-/// vectors of at most 2 positions when there are fewer than 16 widest vectors per SM (GPU).
+/// batches), whose layout allows vectors of `widest` positions: [`tiled_channels_config`]; on
+/// narrow shapes (fewer than 16 widest vectors per SM, GPU) vectors of at most 4 positions
+/// and at most 8 channels per unit, down to 4 position units per cube (2026-12-01, tenth
+/// session: `[1, 384, 1, 60, 104]` 9.22 -> 8.38 us with `p4.g64.k6.v4`, the sweep's best of 45
+/// once it tried 4 position units; before that 2-position vectors had won there).
 ///
 /// Measured on the H200 (2026-12-01, `cargo bench --bench rmsnorm -- channels`, whose sweep
 /// covers vectors of 2-8 positions, 8-256 position units and 1-64 channel groups): once its
@@ -476,19 +479,33 @@ pub fn channels_config(
     activation: Activation,
 ) -> ChannelsConfig {
     let limits = ChannelsLimits::of(client);
-    let narrow = limits.gpu && positions / widest < 16 * limits.sms;
-    let vector = if narrow { widest.min(2) } else { widest };
-    ChannelsConfig {
-        max_vector: if narrow { vector } else { 0 },
-        ..tiled_shape(
-            &limits,
-            channels,
-            positions / vector,
-            limits.cap,
-            activation,
-        )
+    if limits.narrow(positions, widest) {
+        let vector = widest.min(NARROW_VECTOR);
+        return ChannelsConfig {
+            max_vector: vector,
+            ..tiled_shape(
+                &limits,
+                channels,
+                positions / vector,
+                NARROW_FORWARD_CAP,
+                activation,
+            )
+        };
     }
+    tiled_shape(
+        &limits,
+        channels,
+        positions / widest,
+        limits.cap,
+        activation,
+    )
 }
+
+/// Positions per vector at most on [`ChannelsLimits::narrow`] shapes.
+const NARROW_VECTOR: usize = 4;
+/// Channels a unit caches at most on narrow shapes (forward): more channel groups, fewer
+/// position units per cube, more cubes.
+const NARROW_FORWARD_CAP: usize = 8;
 
 /// The tiled launch shape: enough channel groups that a unit caches at most 16 channels (64 on
 /// the CPU runtime, where a cube's units run one after another), at most 64 groups (beyond
@@ -572,6 +589,12 @@ struct ChannelsLimits {
 }
 
 impl ChannelsLimits {
+    /// A GPU shape of fewer than 16 vectors of `widest` positions per SM: about one wave of
+    /// small tiles, where latency (not bandwidth) sets the time.
+    fn narrow(&self, positions: usize, widest: usize) -> bool {
+        self.gpu && positions / widest < 16 * self.sms
+    }
+
     fn of(client: &Client) -> Self {
         let hw = &client.properties().hardware;
         let gpu = is_gpu(client);
@@ -888,7 +911,10 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// are the winners of the `channels` bench's sweep on the H200 (2026-12-01, ninth session):
 /// `[1, 96, 4, 480, 832]` `p8.g16.k6.v8.pf` 339 -> 265 us (1.13x the copy of its 6 bytes per
 /// element), `[1, 192, 4, 240, 416]` `p8.g16.k12.v4.pf` 193 -> 170 us (1.40x),
-/// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Without prefetch (2-byte inputs
+/// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Narrow shapes (about one tile
+/// per cube, [`ChannelsLimits::narrow`]) take the same cache without prefetch and down to 4
+/// position units per cube (tenth session: `[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
+/// against 19.4 us with prefetch, the sweep's best). Without prefetch (2-byte inputs
 /// with vectors of one position, C above 768, and the CPU runtime) the unit caches 6 channels
 /// of at most 4 positions up to C = 192, else up to 16 channels.
 pub fn channels_backward_config(
@@ -902,6 +928,25 @@ pub fn channels_backward_config(
     const PREFETCH_VALUES: usize = 48;
     const NARROW_CAP: usize = 6;
     let limits = ChannelsLimits::of(client);
+    if limits.narrow(positions, widest) && widest >= 2 {
+        // About one tile per cube: nothing to prefetch; more, smaller cubes.
+        let vector = widest.min(if channels <= 128 { 8 } else { 4 });
+        let cfg = shape_for_units(
+            &limits,
+            channels,
+            positions / vector,
+            PREFETCH_VALUES / vector,
+            |groups| (8 * groups).max(128),
+            4,
+            activation,
+        );
+        if cfg.channels_per_unit > 0 {
+            return Some(ChannelsConfig {
+                max_vector: vector,
+                ..cfg
+            });
+        }
+    }
     if limits.gpu && widest >= 2 {
         let vector = widest.min(if channels <= 128 { 8 } else { 4 });
         let cfg = shape_for_units(
