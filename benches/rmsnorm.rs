@@ -53,36 +53,29 @@ struct Args {
 /// `tune` then writes a table of those C only, to merge by hand). Used by `tune`, `fallback`,
 /// `quant`, `backward` and `channels` (the shapes of those C).
 fn bench_channels(all: &[usize]) -> Vec<usize> {
-    match std::env::var("RMSNORM_BENCH_C") {
-        Err(_) => all.to_vec(),
-        Ok(list) => {
-            let wanted: Vec<usize> = list
-                .split(',')
-                .map(|c| {
-                    c.trim()
-                        .parse()
-                        .expect("RMSNORM_BENCH_C: comma-separated C values")
-                })
-                .collect();
-            all.iter().copied().filter(|c| wanted.contains(c)).collect()
-        }
-    }
+    env_subset("RMSNORM_BENCH_C", all)
 }
 
 /// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `backward`).
 fn bench_rows(all: &[usize]) -> Vec<usize> {
-    match std::env::var("RMSNORM_BENCH_T") {
+    env_subset("RMSNORM_BENCH_T", all)
+}
+
+/// The values of `all` listed (comma-separated) in the environment variable `var`; all of them
+/// when it is unset.
+fn env_subset(var: &str, all: &[usize]) -> Vec<usize> {
+    match std::env::var(var) {
         Err(_) => all.to_vec(),
         Ok(list) => {
             let wanted: Vec<usize> = list
                 .split(',')
-                .map(|t| {
-                    t.trim()
+                .map(|v| {
+                    v.trim()
                         .parse()
-                        .expect("RMSNORM_BENCH_T: comma-separated T values")
+                        .unwrap_or_else(|_| panic!("{var}: comma-separated numbers, got `{list}`"))
                 })
                 .collect();
-            all.iter().copied().filter(|t| wanted.contains(t)).collect()
+            all.iter().copied().filter(|v| wanted.contains(v)).collect()
         }
     }
 }

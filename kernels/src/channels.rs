@@ -928,26 +928,9 @@ pub fn channels_backward_config(
     const PREFETCH_VALUES: usize = 48;
     const NARROW_CAP: usize = 6;
     let limits = ChannelsLimits::of(client);
-    if limits.narrow(positions, widest) && widest >= 2 {
-        // About one tile per cube: nothing to prefetch; more, smaller cubes.
-        let vector = widest.min(if channels <= 128 { 8 } else { 4 });
-        let cfg = shape_for_units(
-            &limits,
-            channels,
-            positions / vector,
-            PREFETCH_VALUES / vector,
-            |groups| (8 * groups).max(128),
-            4,
-            activation,
-        );
-        if cfg.channels_per_unit > 0 {
-            return Some(ChannelsConfig {
-                max_vector: vector,
-                ..cfg
-            });
-        }
-    }
     if limits.gpu && widest >= 2 {
+        // About one tile per cube on narrow shapes: nothing to prefetch; more, smaller cubes.
+        let narrow = limits.narrow(positions, widest);
         let vector = widest.min(if channels <= 128 { 8 } else { 4 });
         let cfg = shape_for_units(
             &limits,
@@ -955,13 +938,13 @@ pub fn channels_backward_config(
             positions / vector,
             PREFETCH_VALUES / vector,
             |groups| (8 * groups).max(128),
-            8,
+            if narrow { 4 } else { 8 },
             activation,
         );
         if cfg.channels_per_unit > 0 {
             return Some(ChannelsConfig {
                 max_vector: vector,
-                prefetch: true,
+                prefetch: !narrow,
                 ..cfg
             });
         }
