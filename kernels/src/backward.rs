@@ -307,8 +307,9 @@ fn load_row_words<W: Size>(
 }
 
 /// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
-/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then a shared-memory tree adds the units (a fixed
-/// order: the result does not depend on scheduling).
+/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then a
+/// shared-memory tree adds the units (a fixed order: the result does not depend on
+/// scheduling).
 #[cube(launch_unchecked)]
 pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     partial: &[Vector<f32, N>],

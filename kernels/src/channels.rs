@@ -479,26 +479,16 @@ pub fn channels_config(
     activation: Activation,
 ) -> ChannelsConfig {
     let limits = ChannelsLimits::of(client);
-    if limits.narrow(positions, widest) {
-        let vector = widest.min(NARROW_VECTOR);
-        return ChannelsConfig {
-            max_vector: vector,
-            ..tiled_shape(
-                &limits,
-                channels,
-                positions / vector,
-                NARROW_FORWARD_CAP,
-                activation,
-            )
-        };
+    let narrow = limits.narrow(positions, widest);
+    let (vector, cap) = if narrow {
+        (widest.min(NARROW_VECTOR), NARROW_FORWARD_CAP)
+    } else {
+        (widest, limits.cap)
+    };
+    ChannelsConfig {
+        max_vector: if narrow { vector } else { 0 },
+        ..tiled_shape(&limits, channels, positions / vector, cap, activation)
     }
-    tiled_shape(
-        &limits,
-        channels,
-        positions / widest,
-        limits.cap,
-        activation,
-    )
 }
 
 /// Positions per vector at most on [`ChannelsLimits::narrow`] shapes.
@@ -703,6 +693,12 @@ fn group_sum_len(cfg: ChannelsConfig) -> usize {
 /// memory per round.
 const DG_ROUND_SLOTS: usize = 4096;
 
+/// Cached channels per unit that one round of the backward's final dgamma sum stages.
+fn dg_round_channels(cfg: ChannelsConfig) -> usize {
+    let units = (cfg.position_units * cfg.channel_groups) as usize;
+    (DG_ROUND_SLOTS / units).clamp(1, cfg.channels_per_unit)
+}
+
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
 /// unit's channels of x and dy in registers, two channel-group sums per tile (sum of squares,
 /// then `sum_c du gamma xhat`), `dx = r (du gamma - xhat mean_C(du gamma xhat))` (`r du gamma`
@@ -735,9 +731,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     let groups = comptime![cfg.channel_groups as usize];
     let cpu = comptime![cfg.channels_per_unit];
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![group_sum_len(cfg)]);
-    let mut dg_shared = Shared::<[f32]>::new_slice(comptime![
-        px * groups * (DG_ROUND_SLOTS / (px * groups)).clamp(1, cpu)
-    ]);
+    let mut dg_shared = Shared::<[f32]>::new_slice(comptime![px * groups * dg_round_channels(cfg)]);
     let ux = UNIT_POS_X as usize;
     let cy = UNIT_POS_Y as usize;
     let mut g = Array::<f32>::new(cpu);
@@ -870,7 +864,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     // channels `u, u + units, ...` over the positions in order (a fixed order). Channels are
     // taken [`DG_ROUND_SLOTS`] / units per unit at a time, which bounds the shared memory.
     let units = comptime![px * groups];
-    let chunk = comptime![(DG_ROUND_SLOTS / units).clamp(1, cpu)];
+    let chunk = comptime![dg_round_channels(cfg)];
     let rounds = comptime![cpu.div_ceil(chunk)];
     let unit = UNIT_POS as usize;
     #[unroll]
@@ -1039,7 +1033,8 @@ pub fn launch_channels_backward(
     let vector_bytes = vector_size * x_type.size();
     if cfg.prefetch && !vector_bytes.is_multiple_of(4) {
         return refuse(format!(
-            "channels backward: prefetch loads 32-bit words, but the vectors here are              {vector_bytes} bytes ({vector_size} positions of {} bytes)",
+            "channels backward: prefetch loads 32-bit words, but the vectors here are \
+             {vector_bytes} bytes ({vector_size} positions of {} bytes)",
             x_type.size()
         ));
     }
