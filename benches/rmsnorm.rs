@@ -56,7 +56,8 @@ fn bench_channels(all: &[usize]) -> Vec<usize> {
     env_subset("RMSNORM_BENCH_C", all)
 }
 
-/// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `backward`).
+/// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `tune` and
+/// `backward`).
 fn bench_rows(all: &[usize]) -> Vec<usize> {
     env_subset("RMSNORM_BENCH_T", all)
 }
@@ -432,9 +433,9 @@ fn tune(timer: &mut Timer, args: &Args) {
         "fp8" => format!("kernels/lut/sm{sm}_fp8.txt"),
         _ => format!("kernels/lut/sm{sm}.txt"),
     });
-    let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
+    let tokens = bench_rows(if args.quick { &TOKENS[..2] } else { &TOKENS });
     for channels in bench_channels(&CHANNELS) {
-        for &rows in tokens {
+        for &rows in &tokens {
             let mut b = Buffers::new(timer, rows, channels);
             b.fp8 = output == "fp8";
             let start = Instant::now();
