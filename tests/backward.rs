@@ -486,3 +486,79 @@ fn fused_backward_is_bitwise_deterministic() {
         );
     }
 }
+
+/// The fused dgamma reduction (`fused_dgamma`: the last cube sums the partials): on CUDA dx is
+/// bitwise the two-kernel launch's and dgamma agrees with it to fp32 rounding, over many cubes
+/// (more parts than a cube has units), columns fewer and more than a cube's units, and three
+/// launches in a row (the arrival counter must be back at zero after each: a launch that found
+/// it elsewhere would leave dgamma poisoned); the fused dgamma is bitwise the same every time.
+/// Elsewhere (no device memory scope, as the CPU runtime) it is refused with the reason.
+#[test]
+fn fused_dgamma_reduction_matches_the_two_kernel_launch() {
+    let mut rng = rng("backward fused dgamma");
+    let client = cube_device().client();
+    let base = BackwardKnobs {
+        fast_math: false,
+        ..BackwardKnobs::for_device(&client)
+    };
+    let norm = NormParams::rms(1e-5);
+    let mut failures = Vec::new();
+    for (rows, channels, cap, cubes_per_sm) in [
+        (5usize, 3usize, 1usize, None),
+        (3000, 96, 1, Some(4)),
+        (20_000, 96, 1, Some(0)),
+        (700, 1030, 8, Some(4)),
+    ] {
+        let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
+        let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let knobs = BackwardKnobs {
+            max_vectors_per_lane: cap,
+            cubes_per_sm,
+            ..base
+        };
+        let fused = BackwardKnobs {
+            fused_dgamma: true,
+            ..knobs
+        };
+        let run = |k| {
+            fused_gradients_with(
+                &x,
+                &gamma,
+                &w,
+                rows,
+                channels,
+                DType::F32,
+                norm,
+                Activation::Silu,
+                k,
+            )
+        };
+        let label = format!("T={rows} C={channels} {fused}: ");
+        if !on_gpu() {
+            let err = run(fused).expect_err("the fused dgamma off CUDA must be refused");
+            assert!(err.contains("device memory scope"), "{label}{err}");
+            continue;
+        }
+        let (dx_ref, dgamma_ref) = run(knobs).unwrap_or_else(|e| panic!("{label}{e}"));
+        let mut first: Option<Vec<f64>> = None;
+        for launch in 0..3 {
+            let (dx, dgamma) = run(fused).unwrap_or_else(|e| panic!("{label}{e}"));
+            record_failure(&mut failures, &format!("{label}launch {launch}: "), || {
+                assert!(dx == dx_ref, "dx differs from the two-kernel launch");
+                assert_close_to_scale(&dgamma, &dgamma_ref, 1e-5, "fused dgamma");
+                if let Some(first) = &first {
+                    assert!(
+                        dgamma
+                            .iter()
+                            .zip(first)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "fused dgamma not bitwise deterministic"
+                    );
+                }
+            });
+            first.get_or_insert(dgamma);
+        }
+    }
+    assert_no_failures(&failures);
+}

@@ -6,6 +6,9 @@
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf] [backward]`
 //! (channels-first: position units, channel groups, channels cached per unit, positions per
 //! vector, backward prefetch; PTX SiLU)
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf][.fd]`
+//! (the row backward, bf16, vectors of 8: lanes per row, rows per cube, vectors per lane,
+//! prefetch, the fused dgamma reduction; PTX SiLU')
 
 use std::sync::Arc;
 
@@ -20,6 +23,7 @@ use rmsnorm_silu_kernels::channels::{
     ChannelsConfig, rms_norm_channels, rms_norm_channels_backward,
 };
 use rmsnorm_silu_kernels::forward::rms_norm_rows;
+use rmsnorm_silu_kernels::knobs::LaneReduce;
 use rmsnorm_silu_kernels::nvfp4::{
     Fp4Config, Fp4Knobs, Fp4Recipe, ScaleLayout, rms_norm_nvfp4_rows,
 };
@@ -83,6 +87,10 @@ fn main() {
     }
     if args.first().is_some_and(|a| a == "channels") {
         channels(&args[1..]);
+        return;
+    }
+    if args.first().is_some_and(|a| a == "backward") {
+        backward(&args[1..]);
         return;
     }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
@@ -194,6 +202,60 @@ fn nvfp4(args: &[String]) {
         },
         cfg,
         [bf16, bf16, ElemType::Float(FloatKind::E4M3)],
+    );
+    print_cuda(kernel.define());
+}
+
+/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf][.fd]`.
+fn backward(args: &[String]) {
+    use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
+    let label = args.first().map_or("l16.r16.k1.pf.fd", |s| s);
+    let field = |prefix: char| -> usize {
+        label
+            .split('.')
+            .find_map(|part| part.strip_prefix(prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("`{label}` needs a `{prefix}<number>` part"))
+    };
+    let flag = |name: &str| label.split('.').any(|part| part == name);
+    let (lanes, rows) = (field('l') as u32, field('r') as u32);
+    let cfg = BackwardConfig {
+        lanes_per_row: lanes,
+        rows_per_cube: rows,
+        vectors_per_lane: field('k'),
+        lane_reduce: if lanes <= 32 {
+            LaneReduce::Plane
+        } else {
+            LaneReduce::Shared
+        },
+        activation: Activation::Silu,
+        fast_math: true,
+        prefetch: flag("pf"),
+        fused_dgamma: flag("fd"),
+    };
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let buffer = || BufferCompilationArg { inplace: None };
+    let kernel = rms_norm_backward_rows::RmsNormBackwardRows::new(
+        cube_settings(lanes, rows),
+        properties(),
+        Arc::new(TargetProperties::default()),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        8,
+        4,
+        cfg,
+        [bf16, bf16],
     );
     print_cuda(kernel.define());
 }

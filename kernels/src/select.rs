@@ -199,7 +199,17 @@ pub fn table_derived_knobs(
         .lanes_per_row
         .min(vecs.next_power_of_two() as u32)
         .max(1);
-    while vecs.div_ceil(lanes as usize) * base.rows_per_unit as usize > 16 && lanes < 1024 {
+    // Rows more than twice as wide as the entry's take more lanes rather than more vectors per
+    // lane: at most two (on the H200 the tuner's best for C = 4096 at T = 1000 and 50000 is
+    // 256 lanes x 2 vectors; the C = 1024 entries' 4 vectors per lane became 16 there, 2.2x
+    // slower, 2026-12-01).
+    let most_vectors = if problem.channels > 2 * entry.channels {
+        2
+    } else {
+        16
+    };
+    while vecs.div_ceil(lanes as usize) * base.rows_per_unit as usize > most_vectors && lanes < 1024
+    {
         lanes *= 2;
     }
     let plane = client.properties().hardware.plane_size_min;
