@@ -887,8 +887,7 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
 /// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE
 /// SiLU', and a sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128,
-/// 256) x prefetch (off, on) and grid sizes, each with the dgamma reduction in a second kernel
-/// and fused into the last cube, with the device's SiLU', and reports the best.
+/// 256) x prefetch (off, on) with the device's SiLU', and reports the best.
 fn backward(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();
@@ -949,18 +948,7 @@ fn backward(timer: &mut Timer, args: &Args) {
                         cubes_per_sm,
                         ..default
                     }),
-                )
-                // Each with the dgamma partials summed by a second kernel and by the last cube
-                // (the launch refuses the latter where the runtime cannot order it).
-                .flat_map(|k| {
-                    [
-                        k,
-                        BackwardKnobs {
-                            fused_dgamma: !k.fused_dgamma,
-                            ..k
-                        },
-                    ]
-                });
+                );
             let best = fastest(timer, sweep, 20, launch)
                 .filter(|&(_, us)| us < kernel)
                 .unwrap_or((default, kernel));

@@ -6,9 +6,9 @@
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf] [backward]`
 //! (channels-first: position units, channel groups, channels cached per unit, positions per
 //! vector, backward prefetch; PTX SiLU)
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf][.fd]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf]`
 //! (the row backward, bf16, vectors of 8: lanes per row, rows per cube, vectors per lane,
-//! prefetch, the fused dgamma reduction; PTX SiLU')
+//! prefetch; PTX SiLU')
 
 use std::sync::Arc;
 
@@ -206,10 +206,10 @@ fn nvfp4(args: &[String]) {
     print_cuda(kernel.define());
 }
 
-/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf][.fd]`.
+/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf]`.
 fn backward(args: &[String]) {
     use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
-    let label = args.first().map_or("l16.r16.k1.pf.fd", |s| s);
+    let label = args.first().map_or("l16.r16.k1.pf", |s| s);
     let field = |prefix: char| -> usize {
         label
             .split('.')
@@ -230,7 +230,6 @@ fn backward(args: &[String]) {
         activation: Activation::Silu,
         fast_math: true,
         prefetch: flag("pf"),
-        fused_dgamma: flag("fd"),
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };
@@ -238,8 +237,6 @@ fn backward(args: &[String]) {
         cube_settings(lanes, rows),
         properties(),
         Arc::new(TargetProperties::default()),
-        buffer(),
-        buffer(),
         buffer(),
         buffer(),
         buffer(),

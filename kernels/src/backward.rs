@@ -18,7 +18,7 @@
 //! caller falls back to composed ops. Unlike the forward, sums of squares are not rescued
 //! when they overflow fp32 (|x| above ~1e19).
 
-use cubecl::ir::{AddressType, ElemType, UIntKind};
+use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -39,8 +39,6 @@ pub struct BackwardConfig {
     /// The next row group's x and dy in flight while this one is computed (see
     /// [`BackwardKnobs::prefetch`]).
     pub prefetch: bool,
-    /// The last cube to finish sums the dgamma partials (see [`BackwardKnobs::fused_dgamma`]).
-    pub fused_dgamma: bool,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it. All units of the cube must call it
@@ -129,8 +127,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counter: &mut [Atomic<u32>],
     rows: usize,
     vecs_per_row: usize,
     inv_channels: f32,
@@ -282,91 +278,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
             partial[CUBE_POS * vecs_per_row + j] = total;
         }
     }
-    if comptime![cfg.fused_dgamma] {
-        sum_partials_in_last_cube::<G, N>(
-            partial,
-            dgamma,
-            counter,
-            &mut red,
-            CUBE_COUNT,
-            vecs_per_row,
-            units,
-        );
-    }
-}
-
-/// The dgamma reduction without a second kernel: every cube, once its partial row is written,
-/// takes a ticket from `counter`; the cube that draws the last one (all partial rows are then
-/// published) sums the `parts` rows of `vecs` vectors into `dgamma` and sets the counter back
-/// to zero for the next launch. The sum's order is fixed (unit `t` takes column
-/// `t % vecs` over the parts `t / vecs, t / vecs + slices, ...` in four running sums, then the
-/// slices in order), so the result does not depend on which cube came last. Needs the
-/// runtime's device memory scope (`sync_storage` as a device-wide release and acquire) and
-/// `counter[0] == 0` at launch; `scratch` holds `units` vectors. Every unit of every cube calls
-/// it.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub(crate) fn sum_partials_in_last_cube<G: Float, N: Size>(
-    partial: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counter: &mut [Atomic<u32>],
-    scratch: &mut Shared<[Vector<f32, N>]>,
-    parts: usize,
-    vecs: usize,
-    #[comptime] units: usize,
-) {
-    let mut ticket = Shared::<u32>::new();
-    // Release: this cube's partial row is visible to whichever cube comes last.
-    sync_storage();
-    if UNIT_POS == 0 {
-        *ticket = counter[0].fetch_add(1u32);
-    }
-    // Acquire: the rows of the cubes that came before are visible here.
-    sync_storage();
-    if *ticket as usize + 1 == parts {
-        let t = UNIT_POS as usize;
-        // Units per column (all of them on one column each when there are more columns).
-        let slices = select(vecs < units, units / vecs, 1usize);
-        let mut item = t;
-        while item < vecs * slices {
-            let j = item % vecs;
-            let mut acc = Array::<Vector<f32, N>>::new(4usize);
-            #[unroll]
-            for k in 0..4 {
-                acc[k] = Vector::<f32, N>::new(0.0f32);
-            }
-            let mut p = item / vecs;
-            while p + 3 * slices < parts {
-                #[unroll]
-                for k in 0..4 {
-                    acc[k] += partial[(p + k * slices) * vecs + j];
-                }
-                p += 4 * slices;
-            }
-            while p < parts {
-                acc[0] += partial[p * vecs + j];
-                p += slices;
-            }
-            let total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            if slices == 1 {
-                dgamma[j] = Vector::<G, N>::cast_from(total);
-            } else {
-                scratch[item] = total;
-            }
-            item += units;
-        }
-        sync_cube();
-        if slices > 1 && t < vecs {
-            let mut total = scratch[t];
-            for s in 1..slices {
-                total += scratch[s * vecs + t];
-            }
-            dgamma[t] = Vector::<G, N>::cast_from(total);
-        }
-        if t == 0 {
-            counter[0].store(0u32);
-        }
-    }
 }
 
 /// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors) as
@@ -426,9 +337,15 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
         }
         p += 4 * step;
     }
-    while p < parts {
-        acc[0] += partial[p * vecs + j];
-        p += step;
+    // The last (at most three) parts of this unit: predicated but unrolled, so their loads are
+    // in flight together (a loop here waited for each load in turn: the whole reduction when
+    // there are fewer than four parts per unit, as at T = 24960).
+    #[unroll]
+    for k in 0..3 {
+        let q = p + k * step;
+        if q < parts {
+            acc[k] += partial[q * vecs + j];
+        }
     }
     shared[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     sync_cube();
@@ -471,12 +388,6 @@ pub struct BackwardKnobs {
     /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
     /// Written `.s<n>`.
     pub cubes_per_sm: Option<u32>,
-    /// The dgamma partials summed by the last cube of the backward kernel itself (an arrival
-    /// counter, then a fixed order) instead of a second kernel: one launch, its gap and its
-    /// ramp less, for a serial tail in one cube that grows with cubes x C. Needs a runtime that
-    /// orders storage across cubes (`device_memory_scope`: CUDA, not the CPU runtime). Written
-    /// `.fd`.
-    pub fused_dgamma: bool,
 }
 
 impl BackwardKnobs {
@@ -491,7 +402,6 @@ impl BackwardKnobs {
             units_per_cube: 256,
             prefetch: false,
             cubes_per_sm: None,
-            fused_dgamma: false,
         }
     }
 
@@ -537,7 +447,6 @@ impl BackwardKnobs {
                     _ => None,
                 };
             }
-            knobs.fused_dgamma = rows < 200_000 && has_device_memory_scope(client);
         }
         knobs
     }
@@ -553,13 +462,10 @@ impl core::fmt::Display for BackwardKnobs {
             if self.fast_math { ".fast" } else { "" },
             if self.prefetch { ".pf" } else { "" }
         )?;
-        if let Some(n) = self.cubes_per_sm {
-            write!(f, ".s{n}")?;
+        match self.cubes_per_sm {
+            Some(n) => write!(f, ".s{n}"),
+            None => Ok(()),
         }
-        if self.fused_dgamma {
-            write!(f, ".fd")?;
-        }
-        Ok(())
     }
 }
 
@@ -600,8 +506,7 @@ pub fn launch_backward(
         )
     };
     // Prefetch needs whole-word vectors (not odd C in 2-byte types) and the shared memory to
-    // stage them; where the launch refuses it, the same knobs run without it. (The fused dgamma
-    // is set only where the runtime has what it needs.)
+    // stage them; where the launch refuses it, the same knobs run without it.
     match launch(knobs) {
         Err(_) if knobs.prefetch => launch(BackwardKnobs {
             prefetch: false,
@@ -637,12 +542,6 @@ pub fn launch_backward_with(
         return refuse(format!(
             "backward knobs {knobs}: max_vectors_per_lane must be at least 1 and units_per_cube \
              a power of two"
-        ));
-    }
-    if knobs.fused_dgamma && !has_device_memory_scope(client) {
-        return refuse(format!(
-            "backward knobs {knobs}: the fused dgamma reduction needs a runtime that orders \
-             storage across cubes (device memory scope); this one does not"
         ));
     }
     if channels == 0 {
@@ -700,7 +599,6 @@ pub fn launch_backward_with(
         activation,
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
-        fused_dgamma: knobs.fused_dgamma,
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -737,12 +635,6 @@ pub fn launch_backward_with(
     } else {
         (1, 1)
     };
-    // The arrival counter of the fused reduction (a placeholder otherwise: never touched).
-    let counter = if knobs.fused_dgamma {
-        arrival_counter(client)
-    } else {
-        partial.clone()
-    };
     log::debug!("rms_norm_backward_rows: rows={rows} C={channels} {cfg:?} cubes={cubes}");
     unsafe {
         rms_norm_backward_rows::launch_unchecked(
@@ -759,8 +651,6 @@ pub fn launch_backward_with(
             BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), parts * vecs),
-            BufferArg::from_raw_parts(dgamma.clone(), vecs),
-            BufferArg::from_raw_parts(counter, 1),
             rows,
             vecs,
             (1.0f64 / channels as f64) as f32,
@@ -770,44 +660,16 @@ pub fn launch_backward_with(
             [x_type, gamma_type],
         );
     }
-    if !knobs.fused_dgamma {
-        launch_reduce_dgamma(
-            client,
-            partial,
-            dgamma,
-            gamma_type,
-            parts,
-            vecs,
-            vector_size,
-        );
-    }
+    launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        parts,
+        vecs,
+        vector_size,
+    );
     Ok(())
-}
-
-/// Whether `sync_storage` orders storage across cubes on this runtime (what the fused dgamma
-/// reduction's arrival counter relies on), and it has 32-bit atomic adds.
-pub(crate) fn has_device_memory_scope(client: &Client) -> bool {
-    let props = client.properties();
-    props.features.device_memory_scope
-        && props
-            .atomic_type_usage(cubecl::ir::Type::atomic(ElemType::UInt(UIntKind::U32)))
-            .contains(cubecl::features::AtomicUsage::Add)
-}
-
-/// This device's arrival counter for the fused dgamma reduction: one 32-bit word, zero when
-/// created, which the last cube of every launch sets back to zero. One per device (kept for the
-/// process's life): launches on one stream run in order, and cubecl orders the uses of one
-/// buffer across streams, so no two launches count on it at once.
-pub(crate) fn arrival_counter(client: &Client) -> Handle {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-    static COUNTERS: LazyLock<Mutex<HashMap<cubecl_common::device::ServiceId, Handle>>> =
-        LazyLock::new(Default::default);
-    let mut counters = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
-    counters
-        .entry(client.service_id())
-        .or_insert_with(|| client.create_from_slice(&0u32.to_le_bytes()))
-        .clone()
 }
 
 /// `dgamma = sum_p partial[p]` over `parts` rows of `vecs` vectors of `vector_size` f32 (one
