@@ -653,6 +653,41 @@ fn channels(timer: &mut Timer, args: &Args) {
             "channels-first backward",
             backward / copy3
         );
+        // The channels-last backward: the row backward over B*T*H*W rows of C (the same bytes).
+        let rows_backward = median(&timer.time(2, 50, || {
+            burn_rmsnorm_silu::kernels::backward::launch_backward(
+                &client,
+                x.clone(),
+                gamma.clone(),
+                dy.clone(),
+                out.clone(),
+                dgamma.clone(),
+                BF16,
+                BF16,
+                b * positions,
+                c,
+                norm,
+                Activation::Silu,
+            )
+            .expect("row backward launch")
+        }));
+        writeln!(
+            csv,
+            "{shape:?},channels-last backward,{rows_backward:.2},{copy3:.2},{:.3},{:.1}",
+            rows_backward / copy3,
+            (n * 6) as f64 / rows_backward / 1e3
+        )
+        .unwrap();
+        println!(
+            "{shape:?} {:>28}: {rows_backward:9.2} us, copy {copy3:9.2} us, x{:.3} ({})",
+            "channels-last backward",
+            rows_backward / copy3,
+            burn_rmsnorm_silu::kernels::backward::BackwardKnobs::for_shape(
+                &client,
+                c,
+                b * positions
+            )
+        );
         // The backward over its own sweep (every channel cached).
         let backward_sweep = if sweep_channels {
             channels_sweep(&client, c, true)
