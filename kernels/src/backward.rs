@@ -417,7 +417,8 @@ impl BackwardKnobs {
     /// 16.8 -> 14.5 us, T = 99840 29.3 -> 27.9; C = 192 21.3 -> 18.9, 46.9 -> 45.2) and for
     /// 2 vectors per lane (C = 1024 T = 99840 177.3 -> 168.8), 2 for 4 vectors per lane
     /// (C = 384 T = 99840 80.0 -> 77.1); 128-unit cubes of one vector per lane keep the full
-    /// grid (C = 384, 1024 at T = 24960: no grid size was faster).
+    /// grid (C = 384, 1024 at T = 24960: no grid size was faster) except below T = 12480, where
+    /// 4 per SM won (eleventh session: C = 384 T = 6240 18.8 -> 16.3 us).
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
         if is_gpu(client) {
@@ -444,6 +445,9 @@ impl BackwardKnobs {
                 knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
                     (256, _) | (_, 2) => Some(4),
                     (_, 4) => Some(2),
+                    // A few thousand rows (the Wan decoder's [1, 384, 1, 60, 104] in
+                    // channels-last memory): 4 per SM here too.
+                    _ if rows < 12_480 => Some(4),
                     _ => None,
                 };
             }
