@@ -230,6 +230,7 @@ fn backward(args: &[String]) {
         activation: Activation::Silu,
         fast_math: true,
         prefetch: flag("pf"),
+        plane_width: 32,
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };

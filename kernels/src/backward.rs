@@ -39,10 +39,16 @@ pub struct BackwardConfig {
     /// The next row group's x and dy in flight while this one is computed (see
     /// [`BackwardKnobs::prefetch`]).
     pub prefetch: bool,
+    /// Units per plane for the row sums of rows wider than a plane (the device's plane width
+    /// on a GPU, 1 where there are no plane operations: the shared-memory tree then).
+    pub plane_width: u32,
 }
 
-/// Sum of `v` over the lanes of a row; every lane gets it. All units of the cube must call it
-/// (uniformly), as it may use cube barriers.
+/// Sum of `v` over the lanes of a row; every lane gets it (the same bits). All units of the
+/// cube must call it (uniformly), as it may use cube barriers. Rows wider than a plane: on a
+/// GPU each plane adds its lanes by a shuffle butterfly and, after one barrier, every lane adds
+/// its row's plane sums in plane order (two barriers, as the forward's `lane_sums`); without
+/// plane operations a shared-memory tree (`log2(lanes) + 2` barriers).
 #[cube]
 fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) -> f32 {
     let lanes = cfg.lanes_per_row;
@@ -57,6 +63,29 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
                     let mask = (lanes >> 1) >> k;
                     total += plane_shuffle_xor(total, mask);
                 }
+            }
+            LaneReduce::Shared if comptime![cfg.plane_width > 1 && lanes > cfg.plane_width] => {
+                let width = cfg.plane_width;
+                let width_usize = comptime![width as usize];
+                let planes = comptime![(lanes / width) as usize];
+                #[unroll]
+                for k in 0..comptime![width.trailing_zeros()] {
+                    let mask = (width >> 1) >> k;
+                    total += plane_shuffle_xor(total, mask);
+                }
+                let lane = UNIT_POS_X as usize;
+                let first = UNIT_POS_Y as usize * planes;
+                if lane % width_usize == 0 {
+                    shared[first + lane / width_usize] = total;
+                }
+                sync_cube();
+                total = 0.0f32;
+                #[unroll]
+                for q in 0..planes {
+                    total += shared[first + q];
+                }
+                // Every lane has read its row's plane sums before the next sum overwrites them.
+                sync_cube();
             }
             LaneReduce::Shared => {
                 let lanes_usize = comptime![lanes as usize];
@@ -603,6 +632,7 @@ pub fn launch_backward_with(
         activation,
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
+        plane_width: crate::forward::reduction_plane_width(client),
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
