@@ -49,6 +49,7 @@ pub struct BackwardConfig {
 /// GPU each plane adds its lanes by a shuffle butterfly and, after one barrier, every lane adds
 /// its row's plane sums in plane order (two barriers, as the forward's `lane_sums`); without
 /// plane operations a shared-memory tree (`log2(lanes) + 2` barriers).
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
 #[cube]
 fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) -> f32 {
     let lanes = cfg.lanes_per_row;
