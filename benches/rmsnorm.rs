@@ -638,21 +638,23 @@ fn channels(timer: &mut Timer, args: &Args) {
                 cfg,
             )
         };
+        let mut report_backward = |layout: &str, us: f64, note: String| {
+            writeln!(
+                csv,
+                "{shape:?},{layout},{us:.2},{copy3:.2},{:.3},{:.1}",
+                us / copy3,
+                (n * 6) as f64 / us / 1e3
+            )
+            .unwrap();
+            println!(
+                "{shape:?} {layout:>28}: {us:9.2} us, copy {copy3:9.2} us, x{:.3}{note}",
+                us / copy3
+            );
+        };
         let backward = median(&timer.time(2, 50, || {
             launch_backward(None).expect("channels backward launch")
         }));
-        writeln!(
-            csv,
-            "{shape:?},channels-first backward,{backward:.2},{copy3:.2},{:.3},{:.1}",
-            backward / copy3,
-            (n * 6) as f64 / backward / 1e3
-        )
-        .unwrap();
-        println!(
-            "{shape:?} {:>28}: {backward:9.2} us, copy {copy3:9.2} us, x{:.3}",
-            "channels-first backward",
-            backward / copy3
-        );
+        report_backward("channels-first backward", backward, String::new());
         // The channels-last backward: the row backward over B*T*H*W rows of C (the same bytes).
         let rows_backward = median(&timer.time(2, 50, || {
             burn_rmsnorm_silu::kernels::backward::launch_backward(
@@ -671,22 +673,15 @@ fn channels(timer: &mut Timer, args: &Args) {
             )
             .expect("row backward launch")
         }));
-        writeln!(
-            csv,
-            "{shape:?},channels-last backward,{rows_backward:.2},{copy3:.2},{:.3},{:.1}",
-            rows_backward / copy3,
-            (n * 6) as f64 / rows_backward / 1e3
-        )
-        .unwrap();
-        println!(
-            "{shape:?} {:>28}: {rows_backward:9.2} us, copy {copy3:9.2} us, x{:.3} ({})",
+        let knobs = burn_rmsnorm_silu::kernels::backward::BackwardKnobs::for_shape(
+            &client,
+            c,
+            b * positions,
+        );
+        report_backward(
             "channels-last backward",
-            rows_backward / copy3,
-            burn_rmsnorm_silu::kernels::backward::BackwardKnobs::for_shape(
-                &client,
-                c,
-                b * positions
-            )
+            rows_backward,
+            format!(" ({knobs})"),
         );
         // The backward over its own sweep (every channel cached).
         let backward_sweep = if sweep_channels {

@@ -206,17 +206,25 @@ fn nvfp4(args: &[String]) {
     print_cuda(kernel.define());
 }
 
+/// The number of a launch label's `<prefix><number>` part (`p128` in `p128.g1.k96.v2`).
+fn label_field(label: &str, prefix: char) -> usize {
+    label
+        .split('.')
+        .find_map(|part| part.strip_prefix(prefix)?.parse().ok())
+        .unwrap_or_else(|| panic!("`{label}` needs a `{prefix}<number>` part"))
+}
+
+/// Whether a launch label has the part `name` (`pf` in `l16.r16.k1.pf`).
+fn label_flag(label: &str, name: &str) -> bool {
+    label.split('.').any(|part| part == name)
+}
+
 /// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf]`.
 fn backward(args: &[String]) {
     use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
     let label = args.first().map_or("l16.r16.k1.pf", |s| s);
-    let field = |prefix: char| -> usize {
-        label
-            .split('.')
-            .find_map(|part| part.strip_prefix(prefix)?.parse().ok())
-            .unwrap_or_else(|| panic!("`{label}` needs a `{prefix}<number>` part"))
-    };
-    let flag = |name: &str| label.split('.').any(|part| part == name);
+    let field = |prefix| label_field(label, prefix);
+    let flag = |name| label_flag(label, name);
     let (lanes, rows) = (field('l') as u32, field('r') as u32);
     let cfg = BackwardConfig {
         lanes_per_row: lanes,
@@ -261,19 +269,14 @@ fn backward(args: &[String]) {
 /// The channels-first forward or backward (bf16) for a launch shape `pX.gY.kZ.vW`.
 fn channels(args: &[String]) {
     let label = args.first().map_or("p128.g1.k96.v2", |s| s);
-    let field = |prefix: char| -> usize {
-        label
-            .split('.')
-            .find_map(|part| part.strip_prefix(prefix)?.parse().ok())
-            .unwrap_or_else(|| panic!("`{label}` needs a `{prefix}<number>` part"))
-    };
+    let field = |prefix| label_field(label, prefix);
     let cfg = ChannelsConfig {
         position_units: field('p') as u32,
         channel_groups: field('g') as u32,
         channels_per_unit: field('k'),
         max_vector: field('v'),
         plane_groups: field('g').min(32 / field('p').clamp(1, 32)) as u32,
-        prefetch: label.split('.').any(|part| part == "pf"),
+        prefetch: label_flag(label, "pf"),
         bf16_input: true,
         activation: Activation::Silu,
         fast_math: true,
