@@ -705,7 +705,8 @@ fn selection_is_valid_for_every_shape() {
 }
 
 /// The table-derived fallback candidate is valid and correct on shapes outside the table (it
-/// needs a device with a table: CUDA sm_90; elsewhere it is `None`).
+/// needs a device with a table: CUDA sm_90; elsewhere it is `None`); rows more than twice as
+/// wide as the table's widest (C = 4096 against 1024) hold at most 2 vectors per lane.
 #[test]
 fn table_derived_fallback_is_valid_and_correct() {
     use rmsnorm_silu_kernels::table_derived_knobs;
@@ -715,7 +716,15 @@ fn table_derived_fallback_is_valid_and_correct() {
         for rows in [1000usize, 50_000] {
             let problem = RowsProblem::dense(rows, channels);
             match table_derived_knobs(&client, problem, 2, 2, 256) {
-                Some(k) => check_knobs(k, rows.min(2000), channels, DType::BF16, Activation::Silu),
+                Some(k) => {
+                    if channels > 2048 {
+                        assert!(
+                            k.vectors_per_lane * k.rows_per_unit as usize <= 2,
+                            "C={channels} T={rows}: {k} holds more than 2 vectors per lane"
+                        );
+                    }
+                    check_knobs(k, rows.min(2000), channels, DType::BF16, Activation::Silu)
+                }
                 None => assert_ne!(
                     rmsnorm_silu_kernels::select::device_sm(&client),
                     Some(90),
