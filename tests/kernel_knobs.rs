@@ -706,7 +706,8 @@ fn selection_is_valid_for_every_shape() {
 
 /// The table-derived fallback candidate is valid and correct on shapes outside the table (it
 /// needs a device with a table: CUDA sm_90; elsewhere it is `None`); rows more than twice as
-/// wide as the table's widest (C = 4096 against 1024) hold at most 2 vectors per lane.
+/// wide as the table's widest (C = 4096 against 1024) hold at most 2 vectors per lane; C = 48
+/// on a long input leaves no lane idle.
 #[test]
 fn table_derived_fallback_is_valid_and_correct() {
     use rmsnorm_silu_kernels::table_derived_knobs;
@@ -721,6 +722,13 @@ fn table_derived_fallback_is_valid_and_correct() {
                         assert!(
                             k.vectors_per_lane * k.rows_per_unit as usize <= 2,
                             "C={channels} T={rows}: {k} holds more than 2 vectors per lane"
+                        );
+                    }
+                    if channels == 48 && rows >= 24_960 {
+                        assert_eq!(
+                            k.lanes_per_row as usize * k.vectors_per_lane * k.vector_size,
+                            channels,
+                            "C={channels} T={rows}: {k} leaves lanes idle on a long input"
                         );
                     }
                     check_knobs(k, rows.min(2000), channels, DType::BF16, Activation::Silu)

@@ -175,7 +175,9 @@ const TARGET_UNITS_PER_CUBE: u32 = 128;
 /// A candidate fallback for shapes outside the table, derived from the nearest tuned entry:
 /// its lanes per row, cube shape, rows in flight, gamma placement and occupancy, with the
 /// vector width and register cache recomputed for this C (lanes doubled until at most 16
-/// vectors per lane, shared-memory reduction above a plane). `None` without a table for the
+/// vectors per lane, at most 2 for rows more than twice the entry's width; on long inputs
+/// fewer lanes where they leave fewer lanes idle; shared-memory reduction above a plane).
+/// `None` without a table for the
 /// device. [`select_knobs`] takes it before [`heuristic_knobs`]: on the H200 (2026-11-30, the
 /// `fallback` benchmark, C = 48, 200, 768, 1536 x T = 1000, 50000, 1597440) it was within 15%
 /// of the best configuration on 11 of 12 shapes (worst 1.28x, C = 200, T = 50000) against 7 of
@@ -211,6 +213,21 @@ pub fn table_derived_knobs(
     while vecs.div_ceil(lanes as usize) * base.rows_per_unit as usize > most_vectors && lanes < 1024
     {
         lanes *= 2;
+    }
+    // Long inputs of a width the table does not have: fewer lanes where they leave fewer idle
+    // vector slots (at most 4 vectors per lane; the larger lane count on ties). The tuner's own
+    // entries fit rows exactly from T = 24960 on (C = 96: 4 lanes x 3 vectors, 16 x 1 below),
+    // and on the H200 C = 48 at T = 1597440 ran 1.17x slower on the C = 64 entry's 8 lanes (6
+    // vectors, 2 lanes idle) than on 2 lanes x 3 vectors (sixth and eleventh sessions).
+    if problem.channels != entry.channels && problem.rows >= 24_960 {
+        let idle = |l: u32| vecs.div_ceil(l as usize) * l as usize - vecs;
+        let mut fewer = lanes;
+        while fewer > 1 && vecs.div_ceil(fewer as usize / 2) <= 4 {
+            fewer /= 2;
+            if idle(fewer) < idle(lanes) {
+                lanes = fewer;
+            }
+        }
     }
     let plane = client.properties().hardware.plane_size_min;
     let vectors_per_lane = vecs.div_ceil(lanes as usize);
