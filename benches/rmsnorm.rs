@@ -717,7 +717,18 @@ fn fastest<K: Copy, E>(
     runs: usize,
     launch: impl Fn(K) -> Result<(), E>,
 ) -> Option<(K, f64)> {
-    let mut best: Option<(K, f64)> = None;
+    ranked(timer, candidates, runs, launch).into_iter().next()
+}
+
+/// Every candidate the device accepts with its time (median of `runs` launches), fastest
+/// first.
+fn ranked<K: Copy, E>(
+    timer: &Timer,
+    candidates: impl IntoIterator<Item = K>,
+    runs: usize,
+    launch: impl Fn(K) -> Result<(), E>,
+) -> Vec<(K, f64)> {
+    let mut times = Vec::new();
     for k in candidates {
         if launch(k).is_err() {
             continue;
@@ -725,11 +736,10 @@ fn fastest<K: Copy, E>(
         let us = median(&timer.time(2, runs, || {
             let _ = launch(k);
         }));
-        if best.is_none_or(|(_, b)| us < b) {
-            best = Some((k, us));
-        }
+        times.push((k, us));
     }
-    best
+    times.sort_by(|a, b| a.1.total_cmp(&b.1));
+    times
 }
 
 /// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
@@ -917,7 +927,8 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
 /// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE
 /// SiLU', and a sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128,
-/// 256) x prefetch (off, on) with the device's SiLU', and reports the best.
+/// 256) x prefetch (off, on) with the device's SiLU', then of the grid size (cubes per SM) for
+/// caps 1 and 2, and reports the best (and the sweep's five fastest in the log).
 fn backward(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();
@@ -980,14 +991,36 @@ fn backward(timer: &mut Timer, args: &Args) {
                         },
                     )
                 })
-                // The persistent grid's size: one cube per row group, 1, 2, 4 per SM.
+                // The persistent grid's size (one cube per row group, 1 to 8 per SM) for 1 and 2
+                // vectors per lane and both cube sizes: 256-unit cubes of one vector per lane
+                // with prefetch take 72-74 registers (ptxas for sm_90), so 3 fit an SM, not 4.
                 .chain(
-                    [Some(0), Some(1), Some(2), Some(4)].map(|cubes_per_sm| BackwardKnobs {
-                        cubes_per_sm,
-                        ..default
-                    }),
+                    [0u32, 1, 2, 3, 4, 6, 8]
+                        .into_iter()
+                        .flat_map(|n| {
+                            [(1usize, 128usize), (1, 256), (2, 128), (2, 256)]
+                                .map(move |(cap, units)| (n, cap, units))
+                        })
+                        .map(|(n, cap, units)| BackwardKnobs {
+                            cubes_per_sm: Some(n),
+                            max_vectors_per_lane: cap,
+                            units_per_cube: units,
+                            ..default
+                        }),
                 );
-            let best = fastest(timer, sweep, 20, launch)
+            let times = ranked(timer, sweep, 20, launch);
+            let top: Vec<String> = times
+                .iter()
+                .take(5)
+                .map(|(k, us)| format!("{k} {us:.2}"))
+                .collect();
+            println!(
+                "backward C={c:5} T={t:7}: sweep's fastest: {}",
+                top.join(", ")
+            );
+            let best = times
+                .first()
+                .copied()
                 .filter(|&(_, us)| us < kernel)
                 .unwrap_or((default, kernel));
             let gbps = (n * 6 + c * 4) as f64 / kernel / 1e3;

@@ -447,8 +447,13 @@ impl BackwardKnobs {
     /// 16.8 -> 14.5 us, T = 99840 29.3 -> 27.9; C = 192 21.3 -> 18.9, 46.9 -> 45.2) and for
     /// 2 vectors per lane (C = 1024 T = 99840 177.3 -> 168.8), 2 for 4 vectors per lane
     /// (C = 384 T = 99840 80.0 -> 77.1); 128-unit cubes of one vector per lane keep the full
-    /// grid (C = 384, 1024 at T = 24960: no grid size was faster) except below T = 12480, where
-    /// 4 per SM won (eleventh session: C = 384 T = 6240 18.8 -> 16.3 us).
+    /// grid (C = 1024 at T = 24960: no grid size was faster) except below T = 12480, where
+    /// 4 per SM won (eleventh session: C = 384 T = 6240 18.8 -> 16.3 us). Twelfth session (the
+    /// sweep crossed with the grid size): C = 257..512 below T = 65536 takes 2 vectors per lane
+    /// on 4 cubes per SM (C = 384 T = 24960 31.6 -> 28.0 us, T = 6240 15.6 -> 14.9), and
+    /// 256-unit cubes 3 per SM from T = 12480 (C = 96 T = 24960 14.7 -> 14.2; their prefetch
+    /// kernel takes 72-74 registers, so a fourth cube per SM waited for a second wave) and 2
+    /// below (C = 96 T = 6240 11.0 -> 10.4, C = 192 12.7 -> 11.8).
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
         if is_gpu(client) {
@@ -460,7 +465,7 @@ impl BackwardKnobs {
                 || (channels >= 192 && rows >= 200_000)
             {
                 4
-            } else if channels > 512 && rows >= 65_536 {
+            } else if channels > 256 && (channels <= 512 || rows >= 65_536) {
                 2
             } else {
                 1
@@ -469,10 +474,14 @@ impl BackwardKnobs {
                 knobs.max_vectors_per_lane = cap;
                 knobs.units_per_cube = 128;
             }
-            // A smaller persistent grid below T = 200000 (where it was measured): 4 cubes per
-            // SM for 256-unit cubes and 2 vectors per lane, 2 for 4 vectors per lane.
+            // A smaller persistent grid below T = 200000 (where it was measured): 2 vectors per
+            // lane 4 cubes per SM, 4 vectors per lane 2; 256-unit cubes (one vector per lane,
+            // 72-74 registers with prefetch: 3 fit an SM) 2 below T = 12480, 3 below
+            // T = 65536, else 4.
             if rows < 200_000 {
                 knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
+                    (256, _) if rows < 12_480 => Some(2),
+                    (256, _) if rows < 65_536 => Some(3),
                     (256, _) | (_, 2) => Some(4),
                     (_, 4) => Some(2),
                     // A few thousand rows (the Wan decoder's [1, 384, 1, 60, 104] in
