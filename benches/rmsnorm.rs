@@ -504,7 +504,10 @@ fn channels(timer: &mut Timer, args: &Args) {
         tiled_channels_config,
     };
     let client = timer.client.clone();
-    let sweep_channels = std::env::var("RMSNORM_CHANNELS_SWEEP").map_or(true, |v| v != "0");
+    // RMSNORM_CHANNELS_SWEEP=0: no sweeps; =forward: the forward's only.
+    let sweep_mode = std::env::var("RMSNORM_CHANNELS_SWEEP").unwrap_or_default();
+    let sweep_channels = sweep_mode != "0";
+    let sweep_backward = sweep_channels && sweep_mode != "forward";
     let shapes = [
         [1usize, 96, 4, 480, 832],
         [1, 192, 4, 240, 416],
@@ -684,7 +687,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             format!(" ({knobs})"),
         );
         // The backward over its own sweep (every channel cached).
-        let backward_sweep = if sweep_channels {
+        let backward_sweep = if sweep_backward {
             channels_sweep(&client, c, true)
         } else {
             Vec::new()
@@ -743,7 +746,7 @@ fn ranked<K: Copy, E>(
 }
 
 /// The channels-first launch shapes the `channels` mode sweeps for C channels (PTX SiLU on
-/// where the device has it): vectors of 2, 4 or 8 positions x 8..256 position units x 1..64
+/// where the device has it): vectors of 2, 4 or 8 positions x 2..256 position units x 1..64
 /// channel groups (64 to 256 units a cube), each with the unit's channels cached in registers
 /// where they fit a budget (forward: 256 bf16 values; backward, which keeps x and dy as f32 and
 /// gamma and its gradient per channel: about 192 registers; with prefetch also the next tile's
@@ -757,7 +760,7 @@ fn channels_sweep(
     let fast_math = burn_rmsnorm_silu::kernels::forward::has_ptx_math(client);
     let mut out = Vec::new();
     for max_vector in [2usize, 4, 8] {
-        for px in [4u32, 8, 16, 32, 64, 128, 256] {
+        for px in [2u32, 4, 8, 16, 32, 64, 128, 256] {
             for groups in [1u32, 2, 4, 8, 16, 32, 64] {
                 if !(64..=256).contains(&(px * groups)) {
                     continue;
