@@ -177,11 +177,11 @@ const TARGET_UNITS_PER_CUBE: u32 = 128;
 /// vector width and register cache recomputed for this C (lanes doubled until at most 16
 /// vectors per lane, at most 2 for rows more than twice the entry's width; on long inputs
 /// fewer lanes where they leave fewer lanes idle; shared-memory reduction above a plane).
-/// `None` without a table for the
-/// device. [`select_knobs`] takes it before [`heuristic_knobs`]: on the H200 (2026-11-30, the
-/// `fallback` benchmark, C = 48, 200, 768, 1536 x T = 1000, 50000, 1597440) it was within 15%
-/// of the best configuration on 11 of 12 shapes (worst 1.28x, C = 200, T = 50000) against 7 of
-/// 12 for the heuristic (worst 1.48x).
+/// `None` without a table for the device. [`select_knobs`] takes it before
+/// [`heuristic_knobs`]: on the H200 (2026-11-30, the `fallback` benchmark, C = 48, 200, 768,
+/// 1536 x T = 1000, 50000, 1597440) it was within 15% of the best configuration on 11 of 12
+/// shapes (worst 1.28x, C = 200, T = 50000) against 7 of 12 for the heuristic (worst 1.48x);
+/// with the later rules on all 18 shapes with C = 2048 and 4096 (2026-12-01).
 pub fn table_derived_knobs(
     client: &Client,
     problem: RowsProblem,
