@@ -57,23 +57,14 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
     let mut total = v;
     if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
-            LaneReduce::Plane =>
-            {
-                #[unroll]
-                for k in 0..steps {
-                    let mask = (lanes >> 1) >> k;
-                    total += plane_shuffle_xor(total, mask);
-                }
+            LaneReduce::Plane => {
+                total = butterfly_sum(total, lanes);
             }
             LaneReduce::Shared if comptime![cfg.plane_width > 1 && lanes > cfg.plane_width] => {
                 let width = cfg.plane_width;
                 let width_usize = comptime![width as usize];
                 let planes = comptime![(lanes / width) as usize];
-                #[unroll]
-                for k in 0..comptime![width.trailing_zeros()] {
-                    let mask = (width >> 1) >> k;
-                    total += plane_shuffle_xor(total, mask);
-                }
+                total = butterfly_sum(total, width);
                 let lane = UNIT_POS_X as usize;
                 let first = UNIT_POS_Y as usize * planes;
                 if lane % width_usize == 0 {
@@ -107,6 +98,19 @@ fn row_sum(v: f32, shared: &mut Shared<[f32]>, #[comptime] cfg: BackwardConfig) 
                 sync_cube();
             }
         }
+    }
+    total
+}
+
+/// Sum of `v` over aligned groups of `width` units of a plane (a power of two, at most the
+/// plane): a shuffle butterfly, so every unit of a group gets the same bits.
+#[cube]
+fn butterfly_sum(v: f32, #[comptime] width: u32) -> f32 {
+    let mut total = v;
+    #[unroll]
+    for k in 0..comptime![width.trailing_zeros()] {
+        let mask = (width >> 1) >> k;
+        total += plane_shuffle_xor(total, mask);
     }
     total
 }
