@@ -436,6 +436,7 @@ fn backward_dim(
             norm,
             activation,
             None,
+            None,
         );
         if launched.is_ok() {
             return Some((dx, dgamma));
