@@ -93,7 +93,7 @@ pub fn arrival_counters(client: &Client) -> Handle {
 /// Called by every unit of every cube after the cube wrote its row `CUBE_POS` of `partial`
 /// (`cols` vectors a row; rows `CUBE_COUNT..` are the group rows): the last cube of each group
 /// sums the group's rows, and the last group writes `dgamma` (`cols` vectors). Must be reached
-/// uniformly (it holds cube barriers).
+/// uniformly (it holds cube barriers); `units` is the cube's unit count.
 #[allow(clippy::manual_div_ceil)]
 #[cube]
 pub fn dgamma_by_arrival<G: Float, V: Size>(
@@ -102,12 +102,14 @@ pub fn dgamma_by_arrival<G: Float, V: Size>(
     counters: &mut [Atomic<u32>],
     cols: usize,
     group_size: usize,
+    #[comptime] units: usize,
 ) {
     let cubes = CUBE_COUNT;
     let groups = (cubes + group_size - 1) / group_size;
     let group = CUBE_POS / group_size;
     let first = group * group_size;
     let members = select(first + group_size < cubes, group_size, cubes - first);
+    let mut stripes = Shared::<[Vector<f32, V>]>::new_slice(units);
     let mut arrived = Shared::<u32>::new();
     // Release this cube's row, count it, and acquire the rows of the cubes counted before.
     sync_storage();
@@ -117,19 +119,18 @@ pub fn dgamma_by_arrival<G: Float, V: Size>(
     sync_storage();
     if *arrived as usize + 1 == members {
         let single = groups == 1;
-        let mut j = UNIT_POS as usize;
-        while j < cols {
-            let mut total = Vector::<f32, V>::new(0.0f32);
-            for q in 0..members {
-                total += partial[(first + q) * cols + j];
-            }
-            if single {
-                dgamma[j] = Vector::<G, V>::cast_from(total);
-            } else {
-                partial[(cubes + group) * cols + j] = total;
-            }
-            j += CUBE_DIM as usize;
-        }
+        let target = select(single, 0, (cubes + group) * cols);
+        sum_rows::<G, V>(
+            partial,
+            dgamma,
+            &mut stripes,
+            first * cols,
+            members,
+            cols,
+            target,
+            single,
+            units,
+        );
         if UNIT_POS == 0 {
             counters[group].store(0u32);
         }
@@ -140,19 +141,89 @@ pub fn dgamma_by_arrival<G: Float, V: Size>(
             }
             sync_storage();
             if *arrived as usize + 1 == groups {
-                let mut j = UNIT_POS as usize;
-                while j < cols {
-                    let mut total = Vector::<f32, V>::new(0.0f32);
-                    for q in 0..groups {
-                        total += partial[(cubes + q) * cols + j];
-                    }
-                    dgamma[j] = Vector::<G, V>::cast_from(total);
-                    j += CUBE_DIM as usize;
-                }
+                sum_rows::<G, V>(
+                    partial,
+                    dgamma,
+                    &mut stripes,
+                    cubes * cols,
+                    groups,
+                    cols,
+                    0,
+                    true,
+                    units,
+                );
                 if UNIT_POS == 0 {
                     counters[groups].store(0u32);
                 }
             }
         }
+    }
+}
+
+/// `out[j] = sum_q partial[start + q cols + j]` over `count` rows of `cols` vectors, into
+/// `dgamma` (cast) when `to_dgamma`, else into `partial[target + j]`. The whole cube reads at
+/// once: each column's rows are split into `units / cols` stripes (unit `t` takes column
+/// `t % cols` and rows `t / cols`, `t / cols + stripes`, ..., four running sums in turn) and
+/// the stripes are added in order through shared memory, so the order is fixed. Columns beyond
+/// the cube's units are taken a cube's worth at a time. Uniform (cube barriers).
+#[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
+#[cube]
+fn sum_rows<G: Float, V: Size>(
+    partial: &mut [Vector<f32, V>],
+    dgamma: &mut [Vector<G, V>],
+    stripes: &mut Shared<[Vector<f32, V>]>,
+    start: usize,
+    count: usize,
+    cols: usize,
+    target: usize,
+    to_dgamma: bool,
+    #[comptime] units: usize,
+) {
+    let t = UNIT_POS as usize;
+    let width = select(cols < units, cols, units);
+    let lanes = units / width;
+    let column = t % width;
+    let stripe = t / width;
+    let mut base = 0usize;
+    while base < cols {
+        let j = base + column;
+        let mut acc = Array::<Vector<f32, V>>::new(4usize);
+        #[unroll]
+        for k in 0..4 {
+            acc[k] = Vector::<f32, V>::new(0.0f32);
+        }
+        if stripe < lanes && j < cols {
+            let step = lanes;
+            let mut q = stripe;
+            while q + 3 * step < count {
+                #[unroll]
+                for k in 0..4 {
+                    acc[k] += partial[start + (q + k * step) * cols + j];
+                }
+                q += 4 * step;
+            }
+            #[unroll]
+            for k in 0..3 {
+                let r = q + k * step;
+                if r < count {
+                    acc[k] += partial[start + r * cols + j];
+                }
+            }
+        }
+        stripes[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        sync_cube();
+        if stripe == 0 && j < cols {
+            let mut total = stripes[column];
+            for s in 1..lanes {
+                total += stripes[s * width + column];
+            }
+            if to_dgamma {
+                dgamma[j] = Vector::<G, V>::cast_from(total);
+            } else {
+                partial[target + j] = total;
+            }
+        }
+        sync_cube();
+        base += width;
     }
 }

@@ -325,7 +325,14 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         }
     }
     if comptime![cfg.arrival] {
-        dgamma_by_arrival::<G, N>(partial, dgamma, counters, vecs_per_row, group_size);
+        dgamma_by_arrival::<G, N>(
+            partial,
+            dgamma,
+            counters,
+            vecs_per_row,
+            group_size,
+            comptime![lanes * rows_per_cube],
+        );
     }
 }
 

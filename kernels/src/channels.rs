@@ -902,7 +902,14 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size, V: Size>
         }
     }
     if comptime![arrival] {
-        crate::arrival::dgamma_by_arrival::<G, V>(partial, dgamma, counters, channels, group_size);
+        crate::arrival::dgamma_by_arrival::<G, V>(
+            partial,
+            dgamma,
+            counters,
+            channels,
+            group_size,
+            comptime![px * groups],
+        );
     }
 }
 
