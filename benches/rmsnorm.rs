@@ -499,7 +499,6 @@ fn fallback(timer: &mut Timer, args: &Args) {
 /// physical layouts: dense channels-first (the channels kernel) and channels-last memory (the
 /// row kernel over B*T*H*W rows), each against a same-bytes copy in the same run.
 fn channels(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::arrival::DgammaReduce;
     use burn_rmsnorm_silu::kernels::channels::{
         ChannelsConfig, ChannelsProblem, launch_channels_backward, launch_channels_with,
         tiled_channels_config,
@@ -624,7 +623,7 @@ fn channels(timer: &mut Timer, args: &Args) {
         let dgamma = client.empty(c * 2);
         let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
         let copy3 = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
-        let launch_backward_by = |cfg: Option<ChannelsConfig>, reduce: Option<DgammaReduce>| {
+        let launch_backward = |cfg: Option<ChannelsConfig>| {
             launch_channels_backward(
                 &client,
                 x.clone(),
@@ -640,10 +639,8 @@ fn channels(timer: &mut Timer, args: &Args) {
                 norm,
                 Activation::Silu,
                 cfg,
-                reduce,
             )
         };
-        let launch_backward = |cfg: Option<ChannelsConfig>| launch_backward_by(cfg, None);
         let mut report_backward = |layout: &str, us: f64, note: String| {
             writeln!(
                 csv,
@@ -661,15 +658,6 @@ fn channels(timer: &mut Timer, args: &Args) {
             launch_backward(None).expect("channels backward launch")
         }));
         report_backward("channels-first backward", backward, String::new());
-        // The same with dgamma summed by a second kernel (where the default is the last cubes
-        // to arrive).
-        if DgammaReduce::for_device(&client) == DgammaReduce::LastArrival {
-            let second = median(&timer.time(2, 50, || {
-                launch_backward_by(None, Some(DgammaReduce::SecondKernel))
-                    .expect("channels backward launch")
-            }));
-            report_backward("channels-first bwd 2nd kernel", second, String::new());
-        }
         // The channels-last backward: the row backward over B*T*H*W rows of C (the same bytes).
         let rows_backward = median(&timer.time(2, 50, || {
             burn_rmsnorm_silu::kernels::backward::launch_backward(
@@ -698,35 +686,6 @@ fn channels(timer: &mut Timer, args: &Args) {
             rows_backward,
             format!(" ({knobs})"),
         );
-        if knobs.dgamma == DgammaReduce::LastArrival {
-            let knobs = burn_rmsnorm_silu::kernels::backward::BackwardKnobs {
-                dgamma: DgammaReduce::SecondKernel,
-                ..knobs
-            };
-            let second = median(&timer.time(2, 50, || {
-                burn_rmsnorm_silu::kernels::backward::launch_backward_with(
-                    &client,
-                    x.clone(),
-                    gamma.clone(),
-                    dy.clone(),
-                    out.clone(),
-                    dgamma.clone(),
-                    BF16,
-                    BF16,
-                    b * positions,
-                    c,
-                    norm,
-                    Activation::Silu,
-                    knobs,
-                )
-                .expect("row backward launch")
-            }));
-            report_backward(
-                "channels-last bwd 2nd kernel",
-                second,
-                format!(" ({knobs})"),
-            );
-        }
         // The backward over its own sweep (every channel cached).
         let backward_sweep = if sweep_backward {
             channels_sweep(&client, c, true)
@@ -974,12 +933,10 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
 /// 256) x prefetch (off, on) with the device's SiLU', then of the grid size (cubes per SM) for
 /// caps 1 and 2, and reports the best (and the sweep's five fastest in the log).
 fn backward(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::arrival::DgammaReduce;
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();
     let mut csv = String::from(
-        "c,t,kernel_us,copy_us,ratio_to_copy,gbps,ieee_us,ieee_ratio,second_kernel_us,\
-         second_kernel_ratio,best_knobs,best_us,best_ratio\n",
+        "c,t,kernel_us,copy_us,ratio_to_copy,gbps,ieee_us,ieee_ratio,best_knobs,best_us,best_ratio\n",
     );
     for c in bench_channels(&[96usize, 192, 384, 1024]) {
         // (T = 6240 at C = 384 is the Wan decoder's [1, 384, 1, 60, 104] in channels-last
@@ -1023,12 +980,6 @@ fn backward(timer: &mut Timer, args: &Args) {
             let kernel = time(default);
             let ieee = time(BackwardKnobs {
                 fast_math: false,
-                ..default
-            });
-            // dgamma by the second kernel (the default on a GPU sums it by the last cubes to
-            // arrive).
-            let second = time(BackwardKnobs {
-                dgamma: DgammaReduce::SecondKernel,
                 ..default
             });
             let sweep = [1usize, 2, 4, 8]
@@ -1078,11 +1029,9 @@ fn backward(timer: &mut Timer, args: &Args) {
             let gbps = (n * 6 + c * 4) as f64 / kernel / 1e3;
             writeln!(
                 csv,
-                "{c},{t},{kernel:.2},{copy:.2},{:.3},{gbps:.1},{ieee:.2},{:.3},{second:.2},{:.3},{},\
-                 {:.2},{:.3}",
+                "{c},{t},{kernel:.2},{copy:.2},{:.3},{gbps:.1},{ieee:.2},{:.3},{},{:.2},{:.3}",
                 kernel / copy,
                 ieee / copy,
-                second / copy,
                 best.0,
                 best.1,
                 best.1 / copy
@@ -1090,11 +1039,9 @@ fn backward(timer: &mut Timer, args: &Args) {
             .unwrap();
             println!(
                 "backward C={c:5} T={t:7}: default {default} {kernel:9.2} us, copy {copy:9.2} us, \
-                 x{:.3}, {gbps:.0} GB/s; IEEE {ieee:9.2} us, x{:.3}; 2nd kernel {second:9.2} us, \
-                 x{:.3}; best {} {:9.2} us, x{:.3}",
+                 x{:.3}, {gbps:.0} GB/s; IEEE {ieee:9.2} us, x{:.3}; best {} {:9.2} us, x{:.3}",
                 kernel / copy,
                 ieee / copy,
-                second / copy,
                 best.0,
                 best.1,
                 best.1 / copy

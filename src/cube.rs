@@ -436,7 +436,6 @@ fn backward_dim(
             norm,
             activation,
             None,
-            None,
         );
         if launched.is_ok() {
             return Some((dx, dgamma));

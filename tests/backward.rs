@@ -5,7 +5,6 @@
 
 use burn::tensor::DType;
 use burn_cubecl::{CubeDevice, tensor::CubeTensor};
-use rmsnorm_silu_kernels::arrival::DgammaReduce;
 use rmsnorm_silu_kernels::backward::{BackwardKnobs, launch_backward, launch_backward_with};
 use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
@@ -272,20 +271,12 @@ fn every_backward_knob_setting_matches_finite_differences() {
         let (dx_fd, dgamma_fd) =
             finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
         let terms = term_scale(&x, &gamma, &w, channels, norm);
-        // The device's dgamma sum everywhere (the last cubes to arrive on a GPU); the second
-        // kernel too where that is not the default.
-        let second = DgammaReduce::SecondKernel;
-        let grids = [
-            (1usize, 128usize, true, Some(0), base.dgamma),
-            (2, 256, false, Some(1), base.dgamma),
-            (1, 128, true, Some(0), second),
-            (1, 256, true, None, second),
-        ];
-        for (cap, units, prefetch, cubes_per_sm, dgamma) in [1usize, 2, 4, 8, 64]
+        let grids = [(1usize, 128usize, true, Some(0)), (2, 256, false, Some(1))];
+        for (cap, units, prefetch, cubes_per_sm) in [1usize, 2, 4, 8, 64]
             .into_iter()
             .flat_map(|cap| {
                 [(128usize, false), (256, false), (128, true), (256, true)]
-                    .map(|(units, prefetch)| (cap, units, prefetch, None, base.dgamma))
+                    .map(|(units, prefetch)| (cap, units, prefetch, None))
             })
             .chain(grids)
         {
@@ -295,7 +286,6 @@ fn every_backward_knob_setting_matches_finite_differences() {
                     units_per_cube: units,
                     prefetch,
                     cubes_per_sm,
-                    dgamma,
                     ..base
                 };
                 let result = fused_gradients_with(
@@ -455,8 +445,7 @@ fn too_wide_rows_are_refused_or_correct() {
 }
 
 /// The same call gives bitwise identical dx and dgamma over 20 runs (fixed grid, fixed
-/// reduction order, no float atomics: on a GPU the last cubes to arrive sum dgamma, in an order
-/// fixed by the cube indices).
+/// reduction order, no atomics).
 #[test]
 fn fused_backward_is_bitwise_deterministic() {
     let mut rng = rng("backward determinism");
@@ -515,11 +504,8 @@ fn dgamma_f64(x: &[f64], gamma: &[f64], dy: &[f64], channels: usize, eps: f64) -
     dgamma
 }
 
-/// dgamma over hundreds of cubes (one per row group, so the last-arrival sum has about
-/// `sqrt(cubes)` groups of about as many cubes) against the f64 sum, from a poisoned output,
-/// for each way the device can sum it; the last-arrival sum is bitwise repeatable. Where the
-/// runtime cannot order one cube's writes before another's (the CPU runtime) it is refused,
-/// naming why.
+/// dgamma over hundreds of cubes (one per row group, so the second kernel sums hundreds of
+/// partial rows) against the f64 sum, from a poisoned output.
 #[test]
 fn dgamma_over_many_cubes_matches_f64() {
     let mut rng = rng("dgamma many cubes");
@@ -530,46 +516,22 @@ fn dgamma_over_many_cubes_matches_f64() {
     let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
     let w = round_to(&uniform(&mut rng, rows * channels, -1.0, 1.0), DType::F32);
     let want = dgamma_f64(&x, &gamma, &w, channels, eps);
-    let base = BackwardKnobs {
+    let knobs = BackwardKnobs {
         fast_math: false,
         cubes_per_sm: Some(0),
         ..BackwardKnobs::for_device(&client)
     };
-    let run = |dgamma: DgammaReduce| {
-        fused_gradients_with(
-            &x,
-            &gamma,
-            &w,
-            rows,
-            channels,
-            DType::F32,
-            NormParams::rms(eps as f32),
-            Activation::Silu,
-            BackwardKnobs { dgamma, ..base },
-        )
-    };
-    for reduce in [DgammaReduce::SecondKernel, DgammaReduce::LastArrival] {
-        match run(reduce) {
-            Ok((_, dgamma)) => {
-                assert_close_to_scale(&dgamma, &want, 1e-5, &format!("{reduce:?}"));
-                if reduce == DgammaReduce::LastArrival {
-                    for i in 0..5 {
-                        let (_, again) = run(reduce).expect("second launch");
-                        assert!(
-                            again
-                                .iter()
-                                .zip(&dgamma)
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "run {i}: dgamma differs"
-                        );
-                    }
-                }
-            }
-            Err(e) => {
-                assert_eq!(reduce, DgammaReduce::LastArrival, "{e}");
-                assert!(!on_gpu(), "a GPU runtime refused the last-arrival sum: {e}");
-                assert!(e.contains("device-scope memory ordering"), "{e}");
-            }
-        }
-    }
+    let (_, dgamma) = fused_gradients_with(
+        &x,
+        &gamma,
+        &w,
+        rows,
+        channels,
+        DType::F32,
+        NormParams::rms(eps as f32),
+        Activation::Silu,
+        knobs,
+    )
+    .expect("backward launch");
+    assert_close_to_scale(&dgamma, &want, 1e-5, &format!("{knobs}"));
 }

@@ -375,7 +375,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
     use crate::backward::{GradientBuffers, fused_gradients_with};
     use crate::kernel_knobs::{cube_device, elem};
     use rmsnorm_silu_kernels::backward::BackwardKnobs;
-    use rmsnorm_silu_kernels::arrival::DgammaReduce;
     use rmsnorm_silu_kernels::channels::{ChannelsConfig, launch_channels_backward};
     let device = cube_device();
     let client = device.client();
@@ -440,13 +439,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
             };
             let shape = vec![batches, channels, positions];
             let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
-            // The device's dgamma sum (the last cubes to arrive on a GPU), and on a GPU every
-            // other shape also through the second kernel.
-            let reduce = if on_gpu() && k % 2 == 0 {
-                Some(DgammaReduce::SecondKernel)
-            } else {
-                None
-            };
             let launch = |cfg: ChannelsConfig| {
                 launch_channels_backward(
                     &client,
@@ -463,7 +455,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
                     norm,
                     Activation::Silu,
                     Some(cfg),
-                    reduce,
                 )
             };
             launch(cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
@@ -476,7 +467,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 .to_string();
                 assert!(err.contains("needs a CUDA device"), "{err}");
             }
-            let label = format!("{shape:?} {cfg:?} {reduce:?}");
+            let label = format!("{shape:?} {cfg:?}");
             let (dx, dgamma) = b.gradients();
             assert_close(&to_rows(&dx), &want_dx, 1e-5, 1e-4, &label);
             assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
@@ -518,7 +509,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
             activation: Activation::Silu,
             fast_math: false,
         }),
-        None,
     )
     .expect_err("prefetch with 2-byte vectors must be refused")
     .to_string();

@@ -219,8 +219,7 @@ fn label_flag(label: &str, name: &str) -> bool {
     label.split('.').any(|part| part == name)
 }
 
-/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf][.la]` (`la`: dgamma
-/// by the last cubes to arrive).
+/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf]`.
 fn backward(args: &[String]) {
     use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
     let label = args.first().map_or("l16.r16.k1.pf", |s| s);
@@ -240,7 +239,6 @@ fn backward(args: &[String]) {
         fast_math: true,
         prefetch: flag("pf"),
         plane_width: 32,
-        arrival: flag("la"),
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };
@@ -255,9 +253,6 @@ fn backward(args: &[String]) {
         buffer(),
         buffer(),
         buffer(),
-        buffer(),
-        buffer(),
-        (),
         (),
         (),
         (),
@@ -301,9 +296,6 @@ fn channels(args: &[String]) {
             buffer(),
             buffer(),
             buffer(),
-            buffer(),
-            buffer(),
-            (),
             (),
             (),
             (),
@@ -315,9 +307,7 @@ fn channels(args: &[String]) {
             (),
             cfg.max_vector,
             if cfg.prefetch { cfg.max_vector / 2 } else { 1 },
-            1,
             cfg,
-            label_flag(label, "la"),
             [bf16, bf16],
         )
         .define()

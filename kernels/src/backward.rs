@@ -8,10 +8,9 @@
 //!
 //! Each unit accumulates the `dgamma` contributions of its columns over the rows it visits in
 //! registers; the unit rows of a cube add theirs in shared memory and write one row of a
-//! `[cubes, C]` f32 scratch buffer, whose rows are summed in a fixed order: on a GPU by the
-//! last cubes to arrive, inside the same kernel ([`crate::arrival`]), elsewhere by a second
-//! kernel (one cube per column vector). No float atomics: the result depends only on the
-//! device, the shape and the launch configuration, never on scheduling.
+//! `[cubes, C]` f32 scratch buffer; a second kernel (one cube per column vector) sums that
+//! buffer's rows in a fixed order. No float atomics: the result depends only
+//! on the device, the shape and the launch configuration, never on scheduling.
 //!
 //! The mapping is the forward row kernel's: `lanes_per_row` units per row (plane shuffles or a
 //! shared-memory tree), `rows_per_cube` rows per cube, a persistent grid-stride loop. Rows are
@@ -23,10 +22,6 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::arrival::{
-    DgammaReduce, MAX_ARRIVAL_COUNTERS, arrival_counters, arrival_extra_rows, arrival_group_size,
-    arrival_supported, dgamma_by_arrival,
-};
 use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, stage_words, tree_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
@@ -47,9 +42,6 @@ pub struct BackwardConfig {
     /// Units per plane for the row sums of rows wider than a plane (the device's plane width
     /// on a GPU, 1 where there are no plane operations: the shared-memory tree then).
     pub plane_width: u32,
-    /// `dgamma` summed by the last cubes to arrive ([`crate::arrival`]) rather than by
-    /// [`rms_norm_reduce_dgamma`].
-    pub arrival: bool,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it (the same bits). All units of the
@@ -156,8 +148,7 @@ pub(crate) fn activation_grad<N: Size>(
 }
 
 /// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per cube
-/// (`partial[CUBE_POS * vecs_per_row + j]`); with `cfg.arrival` also `dgamma`, from those rows
-/// ([`dgamma_by_arrival`]; `counters` and `group_size` serve only that).
+/// (`partial[CUBE_POS * vecs_per_row + j]`).
 #[allow(clippy::too_many_arguments)]
 // `if comptime![..] { if runtime { .. } }` stays nested (expansion time, then run time).
 #[allow(clippy::collapsible_if)]
@@ -170,11 +161,8 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counters: &mut [Atomic<u32>],
     rows: usize,
     vecs_per_row: usize,
-    group_size: usize,
     inv_channels: f32,
     eps: f32,
     floor: f32,
@@ -324,16 +312,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
             partial[CUBE_POS * vecs_per_row + j] = total;
         }
     }
-    if comptime![cfg.arrival] {
-        dgamma_by_arrival::<G, N>(
-            partial,
-            dgamma,
-            counters,
-            vecs_per_row,
-            group_size,
-            comptime![lanes * rows_per_cube],
-        );
-    }
 }
 
 /// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors) as
@@ -444,9 +422,6 @@ pub struct BackwardKnobs {
     /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
     /// Written `.s<n>`.
     pub cubes_per_sm: Option<u32>,
-    /// How the cubes' `dgamma` rows are summed: by the last cubes to arrive where the runtime
-    /// allows it (the default there; written `.la`), else by a second kernel.
-    pub dgamma: DgammaReduce,
 }
 
 impl BackwardKnobs {
@@ -461,7 +436,6 @@ impl BackwardKnobs {
             units_per_cube: 256,
             prefetch: false,
             cubes_per_sm: None,
-            dgamma: DgammaReduce::for_device(client),
         }
     }
 
@@ -535,12 +509,9 @@ impl core::fmt::Display for BackwardKnobs {
             if self.fast_math { ".fast" } else { "" },
             if self.prefetch { ".pf" } else { "" }
         )?;
-        if let Some(n) = self.cubes_per_sm {
-            write!(f, ".s{n}")?;
-        }
-        match self.dgamma {
-            DgammaReduce::LastArrival => write!(f, ".la"),
-            DgammaReduce::SecondKernel => Ok(()),
+        match self.cubes_per_sm {
+            Some(n) => write!(f, ".s{n}"),
+            None => Ok(()),
         }
     }
 }
@@ -620,13 +591,6 @@ pub fn launch_backward_with(
              a power of two"
         ));
     }
-    let arrival = knobs.dgamma == DgammaReduce::LastArrival;
-    if arrival && !arrival_supported(client) {
-        return refuse(format!(
-            "backward knobs {knobs}: this runtime cannot hand one cube's writes to another \
-             within a launch (the last-arrival dgamma sum needs device-scope memory ordering)"
-        ));
-    }
     if channels == 0 {
         return Ok(());
     }
@@ -683,7 +647,6 @@ pub fn launch_backward_with(
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
         plane_width: crate::forward::reduction_plane_width(client),
-        arrival,
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -712,18 +675,7 @@ pub fn launch_backward_with(
         _ => groups.min(64),
     };
     let parts = cubes;
-    let scratch_rows = parts
-        + if arrival {
-            arrival_extra_rows(cubes)
-        } else {
-            0
-        };
-    let partial = client.empty(scratch_rows * channels * 4);
-    let (counters, counters_len) = if arrival {
-        (arrival_counters(client), MAX_ARRIVAL_COUNTERS)
-    } else {
-        (client.empty(4), 1)
-    };
+    let partial = client.empty(parts * channels * 4);
     let len = rows * vecs;
     // `x` and `dy` seen as vectors of 32-bit words, one per vector (prefetch only).
     let (words_per_vector, words_len) = if knobs.prefetch {
@@ -746,12 +698,9 @@ pub fn launch_backward_with(
             BufferArg::from_raw_parts(dy.clone(), len.max(1)),
             BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
-            BufferArg::from_raw_parts(partial.clone(), scratch_rows * vecs),
-            BufferArg::from_raw_parts(dgamma.clone(), vecs),
-            BufferArg::from_raw_parts(counters, counters_len),
+            BufferArg::from_raw_parts(partial.clone(), parts * vecs),
             rows,
             vecs,
-            arrival_group_size(cubes),
             (1.0f64 / channels as f64) as f32,
             norm.eps,
             norm.floor,
@@ -759,17 +708,15 @@ pub fn launch_backward_with(
             [x_type, gamma_type],
         );
     }
-    if !arrival {
-        launch_reduce_dgamma(
-            client,
-            partial,
-            dgamma,
-            gamma_type,
-            parts,
-            vecs,
-            vector_size,
-        );
-    }
+    launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        parts,
+        vecs,
+        vector_size,
+    );
     Ok(())
 }
 

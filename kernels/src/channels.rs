@@ -12,10 +12,6 @@
 //! (Channels-last memory presented as `[B, C, ...]` through strides is served by the row
 //! kernel in `forward.rs` without this kernel.)
 
-use crate::arrival::{
-    DgammaReduce, MAX_ARRIVAL_COUNTERS, arrival_counters, arrival_extra_rows, arrival_group_size,
-    arrival_supported,
-};
 use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -711,17 +707,14 @@ fn dg_round_channels(cfg: ChannelsConfig) -> usize {
 /// shared-memory tree. No rescue of out-of-range sums of squares (as the row backward).
 #[allow(clippy::too_many_arguments, clippy::collapsible_if)] // comptime branches hold runtime ones
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size, V: Size>(
+pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     x: &[Vector<E, N>],
     gamma: &[G],
     dy: &[Vector<E, N>],
     x_words: &[Vector<u32, W>],
     dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
-    partial: &mut [Vector<f32, V>],
-    dgamma: &mut [Vector<G, V>],
-    counters: &mut [Atomic<u32>],
-    group_size: usize,
+    partial: &mut [f32],
     tiles: usize,
     tiles_per_batch: usize,
     position_vectors: usize,
@@ -732,7 +725,6 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size, V: Size>
     eps: f32,
     floor: f32,
     #[comptime] cfg: ChannelsConfig,
-    #[comptime] arrival: bool,
     #[define(E, G)] _types: [ElemType; 2],
 ) {
     let px = comptime![cfg.position_units as usize];
@@ -893,23 +885,13 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size, V: Size>
                 for q in 0..px {
                     total += dg_shared[local * px + q];
                 }
-                partial[CUBE_POS * channels + c] = Vector::<f32, V>::new(total);
+                partial[CUBE_POS * channels + c] = total;
             }
             local += units;
         }
         if comptime![round + 1 < rounds] {
             sync_cube();
         }
-    }
-    if comptime![arrival] {
-        crate::arrival::dgamma_by_arrival::<G, V>(
-            partial,
-            dgamma,
-            counters,
-            channels,
-            group_size,
-            comptime![px * groups],
-        );
     }
 }
 
@@ -986,8 +968,7 @@ pub fn channels_backward_config(
 }
 
 /// Launches the channels-first backward on dense `[B, C, S]` x, dy and dx (`dgamma` `[C]` of
-/// `gamma_type`); `config` `None` takes [`channels_backward_config`], `dgamma_reduce` `None`
-/// [`DgammaReduce::for_device`]. Refuses C too wide for
+/// `gamma_type`); `config` `None` takes [`channels_backward_config`]. Refuses C too wide for
 /// the register cache and shapes that do not fit the device.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_channels_backward(
@@ -1005,18 +986,8 @@ pub fn launch_channels_backward(
     norm: NormParams,
     activation: Activation,
     config: Option<ChannelsConfig>,
-    dgamma_reduce: Option<DgammaReduce>,
 ) -> Result<(), ForwardError> {
     let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
-    let arrival = dgamma_reduce.unwrap_or_else(|| DgammaReduce::for_device(client))
-        == DgammaReduce::LastArrival;
-    if arrival && !arrival_supported(client) {
-        return refuse(
-            "channels backward: this runtime cannot hand one cube's writes to another within a \
-             launch (the last-arrival dgamma sum needs device-scope memory ordering)"
-                .into(),
-        );
-    }
     if channels == 0 {
         return Ok(());
     }
@@ -1088,18 +1059,7 @@ pub fn launch_channels_backward(
     } else {
         (1, 1)
     };
-    let scratch_rows = cubes
-        + if arrival {
-            arrival_extra_rows(cubes)
-        } else {
-            0
-        };
-    let partial = client.empty(scratch_rows * channels * 4);
-    let (counters, counters_len) = if arrival {
-        (arrival_counters(client), MAX_ARRIVAL_COUNTERS)
-    } else {
-        (client.empty(4), 1)
-    };
+    let partial = client.empty(cubes * channels * 4);
     log::debug!(
         "rms_norm_channels_backward: B={batches} C={channels} S={positions} vector \
          {vector_size} {cfg:?} cubes {cubes}"
@@ -1112,17 +1072,13 @@ pub fn launch_channels_backward(
             AddressType::from_len((len * vector_size).max(cubes * channels)),
             vector_size,
             words_per_vector,
-            1,
             BufferArg::from_raw_parts(x.clone(), len.max(1)),
             BufferArg::from_raw_parts(gamma, channels),
             BufferArg::from_raw_parts(dy.clone(), len.max(1)),
             BufferArg::from_raw_parts(x, words_len),
             BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
-            BufferArg::from_raw_parts(partial.clone(), scratch_rows * channels),
-            BufferArg::from_raw_parts(dgamma.clone(), channels),
-            BufferArg::from_raw_parts(counters, counters_len),
-            arrival_group_size(cubes),
+            BufferArg::from_raw_parts(partial.clone(), cubes * channels),
             tiles,
             tiles_per_batch,
             position_vectors,
@@ -1133,14 +1089,9 @@ pub fn launch_channels_backward(
             norm.eps,
             norm.floor,
             cfg,
-            arrival,
             [x_type, gamma_type],
         );
     }
-    if !arrival {
-        crate::backward::launch_reduce_dgamma(
-            client, partial, dgamma, gamma_type, cubes, channels, 1,
-        );
-    }
+    crate::backward::launch_reduce_dgamma(client, partial, dgamma, gamma_type, cubes, channels, 1);
     Ok(())
 }

@@ -10,7 +10,6 @@
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`backward`]: the fused backward (dx, and dgamma reduced deterministically);
-//! - [`arrival`]: the backward's dgamma summed by the last cubes to arrive (no second kernel);
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos;
@@ -18,7 +17,6 @@
 //!   layouts);
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
-pub mod arrival;
 pub mod backward;
 pub mod channels;
 pub mod formats;
