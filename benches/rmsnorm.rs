@@ -978,6 +978,23 @@ fn backward(timer: &mut Timer, args: &Args) {
                 median(&timer.time(2, 50, || launch(knobs).expect("backward launch")))
             };
             let kernel = time(default);
+            // The second kernel alone (dgamma from the cubes' partial rows), on as many rows as
+            // the default's grid leaves (where the default fixes the cubes per SM).
+            let reduce = default.cubes_per_sm.filter(|&n| n > 0).map(|per_sm| {
+                let cubes = (sms(&client) * per_sm) as usize;
+                let parts = client.empty(cubes * c * 4);
+                median(&timer.time(2, 50, || {
+                    burn_rmsnorm_silu::kernels::backward::launch_reduce_dgamma(
+                        &client,
+                        parts.clone(),
+                        dgamma.clone(),
+                        BF16,
+                        cubes,
+                        c / 8,
+                        8,
+                    )
+                }))
+            });
             let ieee = time(BackwardKnobs {
                 fast_math: false,
                 ..default
@@ -1021,6 +1038,11 @@ fn backward(timer: &mut Timer, args: &Args) {
                 "backward C={c:5} T={t:7}: sweep's fastest: {}",
                 top.join(", ")
             );
+            if let Some(us) = reduce {
+                println!(
+                    "backward C={c:5} T={t:7}: the dgamma kernel alone {us:.2} us (copy {copy:.2})"
+                );
+            }
             let best = times
                 .first()
                 .copied()

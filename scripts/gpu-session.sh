@@ -60,13 +60,14 @@ for step in "${steps[@]}"; do
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a
              # regex; NCU_C the widths; NCU_ARGS other bench arguments, e.g. "backward" with
-             # RMSNORM_BENCH_T): speed of light, warp stalls, pipes, occupancy.
+             # RMSNORM_BENCH_T; NCU_OPTS more ncu options, e.g. "--clock-control none" for the
+             # boost clock): speed of light, warp stalls, pipes, occupancy.
              ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
              if [ -z "$ncu_bin" ]; then echo "no ncu: $(ls /usr/local/cuda/bin | tr '\n' ' ')" > "$out/ncu.log"; else
              (cd gpu && RMSNORM_BENCH_C=${NCU_C:-1024} timeout "${NCU_TIMEOUT:-240}" "$ncu_bin" -k "regex:${NCU_KERNEL:-nvfp4_rows}" \
                  --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section WarpStateStats \
                  --section ComputeWorkloadAnalysis --section Occupancy --section InstructionStats --section LaunchStats \
-                 ./bench ${NCU_ARGS:-quant --quick}) > "$out/ncu.log" 2>&1; fi
+                 ${NCU_OPTS:-} ./bench ${NCU_ARGS:-quant --quick}) > "$out/ncu.log" 2>&1; fi
              grep -E "Duration|Throughput|Issue|Stall|Occupancy|Pipe|Registers|==PROF==|ERR" "$out/ncu.log" | head -60 ;;
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1

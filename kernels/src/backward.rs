@@ -721,8 +721,9 @@ pub fn launch_backward_with(
 }
 
 /// `dgamma = sum_p partial[p]` over `parts` rows of `vecs` vectors of `vector_size` f32 (one
-/// cube per column vector, a fixed order), cast to `gamma_type`.
-pub(crate) fn launch_reduce_dgamma(
+/// cube per column vector, a fixed order), cast to `gamma_type`. (Public for the bench, which
+/// times it alone.)
+pub fn launch_reduce_dgamma(
     client: &Client,
     partial: Handle,
     dgamma: Handle,
