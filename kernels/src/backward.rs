@@ -341,9 +341,12 @@ fn load_row_words<W: Size>(
 }
 
 /// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
-/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then a
-/// shared-memory tree adds the units (a fixed order: the result does not depend on
-/// scheduling).
+/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then the units' sums
+/// meet in a fixed order: on a GPU (`plane` > 1) a shuffle butterfly per plane and one barrier,
+/// after which the first unit adds the planes' sums in order (a shared-memory tree took
+/// `log2(units)` barriers, a visible part of this kernel's few microseconds); without plane
+/// operations a shared-memory tree. The result does not depend on scheduling.
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
 #[cube(launch_unchecked)]
 pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     partial: &[Vector<f32, N>],
@@ -351,6 +354,7 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     parts: usize,
     vecs: usize,
     #[comptime] units: u32,
+    #[comptime] plane: u32,
     #[define(G)] _gamma_type: ElemType,
 ) {
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![units as usize]);
@@ -381,20 +385,42 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
             acc[k] += partial[q * vecs + j];
         }
     }
-    shared[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    sync_cube();
-    let steps = comptime![units.trailing_zeros()];
-    #[unroll]
-    for k in 0..steps {
-        let stride = ((units >> 1) >> k) as usize;
-        if t < stride {
-            let other = shared[t + stride];
-            shared[t] += other;
+    let mine = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if comptime![plane > 1 && units >= plane] {
+        let mut total = mine;
+        #[unroll]
+        for k in 0..comptime![plane.trailing_zeros()] {
+            total += plane_shuffle_xor(total, (plane >> 1) >> k);
+        }
+        let width = comptime![plane as usize];
+        if t % width == 0 {
+            shared[t / width] = total;
         }
         sync_cube();
-    }
-    if t == 0 {
-        dgamma[j] = Vector::<G, N>::cast_from(shared[0]);
+        if t == 0 {
+            let mut sum = shared[0];
+            #[unroll]
+            for w in 1..comptime![(units / plane) as usize] {
+                sum += shared[w];
+            }
+            dgamma[j] = Vector::<G, N>::cast_from(sum);
+        }
+    } else {
+        shared[t] = mine;
+        sync_cube();
+        let steps = comptime![units.trailing_zeros()];
+        #[unroll]
+        for k in 0..steps {
+            let stride = ((units >> 1) >> k) as usize;
+            if t < stride {
+                let other = shared[t + stride];
+                shared[t] += other;
+            }
+            sync_cube();
+        }
+        if t == 0 {
+            dgamma[j] = Vector::<G, N>::cast_from(shared[0]);
+        }
     }
 }
 
@@ -734,6 +760,20 @@ pub fn launch_reduce_dgamma(
 ) {
     let max_units = client.properties().hardware.max_units_per_cube as usize;
     let threads = 1u32 << 256.min(max_units.max(1)).ilog2();
+    // Plane shuffles where the planes are exactly as wide as the device says (GPU).
+    let plane = if is_gpu(client) {
+        client.properties().hardware.plane_size_max
+    } else {
+        1
+    };
+    let plane = if plane == client.properties().hardware.plane_size_min
+        && plane.is_power_of_two()
+        && plane <= threads
+    {
+        plane
+    } else {
+        1
+    };
     unsafe {
         rms_norm_reduce_dgamma::launch_unchecked(
             client,
@@ -745,6 +785,7 @@ pub fn launch_reduce_dgamma(
             parts,
             vecs,
             threads,
+            plane,
             gamma_type,
         );
     }

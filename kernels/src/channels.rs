@@ -1092,6 +1092,25 @@ pub fn launch_channels_backward(
             [x_type, gamma_type],
         );
     }
-    crate::backward::launch_reduce_dgamma(client, partial, dgamma, gamma_type, cubes, channels, 1);
+    // dgamma's columns in vectors of up to 4 where C allows (fewer, wider cubes).
+    let dgamma_vector = [4usize, 2, 1]
+        .into_iter()
+        .find(|&v| {
+            channels.is_multiple_of(v)
+                && dgamma
+                    .offset_start
+                    .unwrap_or(0)
+                    .is_multiple_of((v * gamma_type.size()) as u64)
+        })
+        .unwrap_or(1);
+    crate::backward::launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        cubes,
+        channels / dgamma_vector,
+        dgamma_vector,
+    );
     Ok(())
 }
