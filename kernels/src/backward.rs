@@ -341,7 +341,8 @@ fn load_row_words<W: Size>(
 }
 
 /// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
-/// parts `t, t + units, ...` (four running sums, taking the parts in turn), then the units' sums
+/// parts `t, t + units, ...` (four running sums, taking the parts in turn; the launch gives a
+/// GPU enough units that there are at most about four each), then the units' sums
 /// meet in a fixed order: on a GPU (`plane` > 1) a shuffle butterfly per plane and one barrier,
 /// after which the first unit adds the planes' sums in order (a shared-memory tree took
 /// `log2(units)` barriers, a visible part of this kernel's few microseconds); without plane
@@ -357,7 +358,12 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     #[comptime] plane: u32,
     #[define(G)] _gamma_type: ElemType,
 ) {
-    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(comptime![units as usize]);
+    let planes = comptime![if plane > 1 && units >= plane {
+        (units / plane) as usize
+    } else {
+        units as usize
+    }];
+    let mut shared = Shared::<[Vector<f32, N>]>::new_slice(planes);
     let j = CUBE_POS;
     let t = UNIT_POS as usize;
     // Four independent sums (their loads in flight together), added in a fixed order.
@@ -400,7 +406,7 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
         if t == 0 {
             let mut sum = shared[0];
             #[unroll]
-            for w in 1..comptime![(units / plane) as usize] {
+            for w in 1..planes {
                 sum += shared[w];
             }
             dgamma[j] = Vector::<G, N>::cast_from(sum);
@@ -759,7 +765,14 @@ pub fn launch_reduce_dgamma(
     vector_size: usize,
 ) {
     let max_units = client.properties().hardware.max_units_per_cube as usize;
-    let threads = 1u32 << 256.min(max_units.max(1)).ilog2();
+    // On a GPU enough units that each loads at most about four parts (all in flight at once:
+    // a second round of loads showed at 2112 parts, C = 1024's full grid), 256 to 1024.
+    let wanted = if is_gpu(client) {
+        parts.div_ceil(4).next_power_of_two().clamp(256, 1024)
+    } else {
+        256
+    };
+    let threads = 1u32 << wanted.min(max_units.max(1)).ilog2();
     // Plane shuffles where the planes are exactly as wide as the device says (GPU).
     let plane = if is_gpu(client) {
         client.properties().hardware.plane_size_max
