@@ -449,7 +449,8 @@ pub struct BackwardKnobs {
     /// ([`Self::for_shape`]); needs vectors of whole words and the shared memory to stage them.
     pub prefetch: bool,
     /// Cubes of the persistent grid per SM: `None` as many as the SM's 2048 units hold (at
-    /// most 16), `Some(0)` one cube per row group (no persistent grid), `Some(n)` n per SM.
+    /// most 16), `Some(0)` one cube per row group (no persistent grid), `Some(n)` n per SM (at
+    /// most what `None` gives).
     /// Fewer cubes mean fewer dgamma partials; a grid larger than what is resident at once
     /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
     /// Written `.s<n>`.
@@ -472,24 +473,21 @@ impl BackwardKnobs {
     }
 
     /// The defaults for a `[rows, channels]` backward: on a GPU the winners of the `backward`
-    /// bench's sweep on the H200 (2026-12-01, sixth session's prefetch included; C = 96, 192,
-    /// 384, 1024 x T = 24960, 99840, 399360): prefetch everywhere (it won 11 of the 12 shapes;
-    /// dropped by [`launch_backward`] where it cannot run), one vector per lane and 256 units per
-    /// cube for the small rows, 128 units above C = 256; 4 vectors per lane (128 units) for
-    /// C = 257..512 at T >= 65536 and for C >= 192 at T >= 200000, 2 for wider rows at
-    /// T >= 65536 (fewer lanes per row, more bytes in flight per lane once the grid is full).
-    /// Below T = 200000 the persistent grid is smaller than what fits the SMs (tenth session,
-    /// the sweep's `cubes_per_sm`): 4 cubes per SM for 256-unit cubes (C = 96 T = 24960
-    /// 16.8 -> 14.5 us, T = 99840 29.3 -> 27.9; C = 192 21.3 -> 18.9, 46.9 -> 45.2) and for
-    /// 2 vectors per lane (C = 1024 T = 99840 177.3 -> 168.8), 2 for 4 vectors per lane
-    /// (C = 384 T = 99840 80.0 -> 77.1); 128-unit cubes of one vector per lane keep the full
-    /// grid (C = 1024 at T = 24960: no grid size was faster) except below T = 12480, where
-    /// 4 per SM won (eleventh session: C = 384 T = 6240 18.8 -> 16.3 us). Twelfth session (the
-    /// sweep crossed with the grid size): C = 257..512 below T = 65536 takes 2 vectors per lane
-    /// on 4 cubes per SM (C = 384 T = 24960 31.6 -> 28.0 us, T = 6240 15.6 -> 14.9), and
-    /// 256-unit cubes 3 per SM from T = 12480 (C = 96 T = 24960 14.7 -> 14.2; their prefetch
-    /// kernel takes 72-74 registers, so a fourth cube per SM waited for a second wave) and 2
-    /// below (C = 96 T = 6240 11.0 -> 10.4, C = 192 12.7 -> 11.8).
+    /// bench's sweep on the H200 (C = 96, 192, 384, 1024 x T = 6240, 24960, 99840, 399360):
+    /// prefetch everywhere (dropped by [`launch_backward`] where it cannot run); one vector per
+    /// lane and 256 units per cube for rows up to C = 256 (3 cubes per SM from T = 12480, their
+    /// prefetch kernel taking 72-74 registers, 2 below; 4 from T = 65536), 128 units above.
+    /// C = 257..512: 2 vectors per lane on 4 cubes per SM below T = 65536, 4 vectors per lane
+    /// above (2 cubes per SM below T = 200000, then the full grid). Wider rows: one vector per
+    /// lane on 8 cubes per SM below T = 65536, 2 vectors per lane on 4 cubes per SM above.
+    /// C = 129..256 at T = 12480..65536: 4 vectors per lane on 3 cubes per SM. From
+    /// T = 200000 (except C = 257..512) 2 vectors per lane on 4 cubes per SM.
+    ///
+    /// The thirteenth session's changes (2026-12-01, two calls each; the dgamma kernel then
+    /// loading its partial rows in one round): C = 1024 T = 6240 22.2 -> 20.4 us and T = 24960
+    /// 54.4 -> 49.9 us (8 cubes per SM), T = 399360 636 -> 616 us; C = 96 T = 399360 78.7 ->
+    /// 75.0 us; C = 192 T = 24960 18.5 -> 17.5 us. Earlier sessions' measurements:
+    /// BENCHMARKS.md.
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
         if is_gpu(client) {
@@ -497,12 +495,13 @@ impl BackwardKnobs {
             if channels > 256 {
                 knobs.units_per_cube = 128;
             }
-            let cap = if (channels > 256 && channels <= 512 && rows >= 65_536)
-                || (channels >= 192 && rows >= 200_000)
-            {
+            let mid_width = channels > 256 && channels <= 512;
+            let cap = if mid_width && rows >= 65_536 {
                 4
-            } else if channels > 256 && (channels <= 512 || rows >= 65_536) {
+            } else if rows >= 200_000 || (channels > 256 && (mid_width || rows >= 65_536)) {
                 2
+            } else if channels > 128 && channels <= 256 && (12_480..65_536).contains(&rows) {
+                4
             } else {
                 1
             };
@@ -510,22 +509,18 @@ impl BackwardKnobs {
                 knobs.max_vectors_per_lane = cap;
                 knobs.units_per_cube = 128;
             }
-            // A smaller persistent grid below T = 200000 (where it was measured): 2 vectors per
-            // lane 4 cubes per SM, 4 vectors per lane 2; 256-unit cubes (one vector per lane,
-            // 72-74 registers with prefetch: 3 fit an SM) 2 below T = 12480, 3 below
-            // T = 65536, else 4.
-            if rows < 200_000 {
-                knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
-                    (256, _) if rows < 12_480 => Some(2),
-                    (256, _) if rows < 65_536 => Some(3),
-                    (256, _) | (_, 2) => Some(4),
-                    (_, 4) => Some(2),
-                    // A few thousand rows (the Wan decoder's [1, 384, 1, 60, 104] in
-                    // channels-last memory): 4 per SM here too.
-                    _ if rows < 12_480 => Some(4),
-                    _ => None,
-                };
-            }
+            // The persistent grid's size (see the doc comment above).
+            knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
+                (_, 4) if mid_width => (rows < 200_000).then_some(2),
+                (_, 4) => Some(3),
+                (_, 2) => Some(4),
+                _ if rows >= 200_000 => None,
+                (256, _) if rows < 12_480 => Some(2),
+                (256, _) if rows < 65_536 => Some(3),
+                (256, _) => Some(4),
+                _ if rows < 65_536 => Some(8),
+                _ => None,
+            };
         }
         knobs
     }
@@ -702,7 +697,7 @@ pub fn launch_backward_with(
     let cubes = match (knobs.cubes_per_sm, hw.num_streaming_multiprocessors) {
         (Some(0), _) => groups.min(hw.max_cube_count.0 as usize),
         (per_sm, Some(sms)) if gpu => {
-            groups.min(sms as usize * per_sm.map_or(resident, |n| n as usize))
+            groups.min(sms as usize * per_sm.map_or(resident, |n| resident.min(n as usize)))
         }
         _ => groups.min(64),
     };
