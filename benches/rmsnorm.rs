@@ -1027,6 +1027,24 @@ fn backward(timer: &mut Timer, args: &Args) {
                             units_per_cube: units,
                             ..default
                         }),
+                )
+                // Vectors of 4 elements (no idle lane where C / 8 is not a power of two, as
+                // C = 96, 192, 384 in bf16), 2 to 4 vectors per lane, on grids of 2 to 6 cubes
+                // per SM.
+                .chain(
+                    [2u32, 3, 4, 5, 6]
+                        .into_iter()
+                        .flat_map(|n| {
+                            [(2usize, 128usize), (2, 256), (4, 128), (4, 256)]
+                                .map(move |(cap, units)| (n, cap, units))
+                        })
+                        .map(|(n, cap, units)| BackwardKnobs {
+                            cubes_per_sm: Some(n),
+                            max_vectors_per_lane: cap,
+                            units_per_cube: units,
+                            max_vector: 4,
+                            ..default
+                        }),
                 );
             let times = ranked(timer, sweep, 20, launch);
             let top: Vec<String> = times

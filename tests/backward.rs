@@ -271,12 +271,18 @@ fn every_backward_knob_setting_matches_finite_differences() {
         let (dx_fd, dgamma_fd) =
             finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
         let terms = term_scale(&x, &gamma, &w, channels, norm);
-        let grids = [(1usize, 128usize, true, Some(0)), (2, 256, false, Some(1))];
-        for (cap, units, prefetch, cubes_per_sm) in [1usize, 2, 4, 8, 64]
+        // Grid sizes, and vectors narrower than the layout allows (`max_vector`).
+        let grids = [
+            (1usize, 128usize, true, Some(0), 0usize),
+            (2, 256, false, Some(1), 0),
+            (4, 128, true, Some(3), 2),
+            (2, 256, false, None, 1),
+        ];
+        for (cap, units, prefetch, cubes_per_sm, max_vector) in [1usize, 2, 4, 8, 64]
             .into_iter()
             .flat_map(|cap| {
                 [(128usize, false), (256, false), (128, true), (256, true)]
-                    .map(|(units, prefetch)| (cap, units, prefetch, None))
+                    .map(|(units, prefetch)| (cap, units, prefetch, None, 0))
             })
             .chain(grids)
         {
@@ -286,6 +292,7 @@ fn every_backward_knob_setting_matches_finite_differences() {
                     units_per_cube: units,
                     prefetch,
                     cubes_per_sm,
+                    max_vector,
                     ..base
                 };
                 let result = fused_gradients_with(
@@ -329,6 +336,13 @@ fn every_backward_knob_setting_matches_finite_differences() {
                 ..base
             },
             "units_per_cube",
+        ),
+        (
+            BackwardKnobs {
+                max_vector: 3,
+                ..base
+            },
+            "max_vector",
         ),
     ] {
         let x = vec![1.0; 8];
@@ -377,6 +391,38 @@ fn fused_backward_in_bf16() {
     let (dx_fd, dgamma_fd) = finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
     assert_close_to_scale(&dx, &dx_fd, 1e-2, "bf16 dx");
     assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, "bf16 dgamma");
+}
+
+/// bf16 rows of C = 384 in vectors of 4 (32 lanes x 3 vectors, no idle slot; prefetched as
+/// 8-byte word pairs on a GPU) against central finite differences.
+#[test]
+fn bf16_in_vectors_of_four() {
+    let (rows, channels) = (9, 384);
+    let norm = NormParams::rms(1e-6);
+    let (x, gamma, w) = bf16_inputs("backward bf16 v4", rows, channels);
+    let knobs = BackwardKnobs {
+        fast_math: false,
+        max_vector: 4,
+        max_vectors_per_lane: 4,
+        units_per_cube: 128,
+        prefetch: on_gpu(),
+        ..BackwardKnobs::for_device(&cube_device().client())
+    };
+    let (dx, dgamma) = fused_gradients_with(
+        &x,
+        &gamma,
+        &w,
+        rows,
+        channels,
+        DType::BF16,
+        norm,
+        Activation::Silu,
+        knobs,
+    )
+    .unwrap_or_else(|e| panic!("{knobs}: {e}"));
+    let (dx_fd, dgamma_fd) = finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
+    assert_close_to_scale(&dx, &dx_fd, 1e-2, "bf16 v4 dx");
+    assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, "bf16 v4 dgamma");
 }
 
 /// The default launcher (`launch_backward`, the device's default knobs) on a C whose bf16

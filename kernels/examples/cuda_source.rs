@@ -219,13 +219,18 @@ fn label_flag(label: &str, name: &str) -> bool {
     label.split('.').any(|part| part == name)
 }
 
-/// The row backward (bf16, vectors of 8) for a launch shape `lX.rY.kZ[.pf]`.
+/// The row backward (bf16, vectors of 8 or `vN`) for a launch shape `lX.rY.kZ[.pf][.vN]`.
 fn backward(args: &[String]) {
     use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
     let label = args.first().map_or("l16.r16.k1.pf", |s| s);
     let field = |prefix| label_field(label, prefix);
     let flag = |name| label_flag(label, name);
     let (lanes, rows) = (field('l') as u32, field('r') as u32);
+    // Elements per vector: `v<n>` in the label, else 8.
+    let vector = label
+        .split('.')
+        .find_map(|part| part.strip_prefix('v')?.parse().ok())
+        .unwrap_or(8usize);
     let cfg = BackwardConfig {
         lanes_per_row: lanes,
         rows_per_cube: rows,
@@ -258,8 +263,8 @@ fn backward(args: &[String]) {
         (),
         (),
         (),
-        8,
-        4,
+        vector,
+        vector / 2,
         cfg,
         [bf16, bf16],
     );

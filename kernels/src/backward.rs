@@ -455,6 +455,11 @@ pub struct BackwardKnobs {
     /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
     /// Written `.s<n>`.
     pub cubes_per_sm: Option<u32>,
+    /// At most this many elements per vector (a power of two; 0: the widest the layout
+    /// allows). Narrower vectors fill the lanes of rows whose vector count is not a power of
+    /// two: C = 384 in bf16 is 48 vectors of 8 (32 lanes x 2, a quarter of the slots idle) or
+    /// 96 of 4 (32 lanes x 3, none idle). Written `.v<n>` when set.
+    pub max_vector: usize,
 }
 
 impl BackwardKnobs {
@@ -469,6 +474,7 @@ impl BackwardKnobs {
             units_per_cube: 256,
             prefetch: false,
             cubes_per_sm: None,
+            max_vector: 0,
         }
     }
 
@@ -536,9 +542,12 @@ impl core::fmt::Display for BackwardKnobs {
             if self.fast_math { ".fast" } else { "" },
             if self.prefetch { ".pf" } else { "" }
         )?;
-        match self.cubes_per_sm {
-            Some(n) => write!(f, ".s{n}"),
-            None => Ok(()),
+        if let Some(n) = self.cubes_per_sm {
+            write!(f, ".s{n}")?;
+        }
+        match self.max_vector {
+            0 => Ok(()),
+            v => write!(f, ".v{v}"),
         }
     }
 }
@@ -612,10 +621,13 @@ pub fn launch_backward_with(
     if knobs.fast_math && !has_ptx_math(client) {
         return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());
     }
-    if knobs.max_vectors_per_lane == 0 || !knobs.units_per_cube.is_power_of_two() {
+    if knobs.max_vectors_per_lane == 0
+        || !knobs.units_per_cube.is_power_of_two()
+        || !(knobs.max_vector == 0 || knobs.max_vector.is_power_of_two())
+    {
         return refuse(format!(
-            "backward knobs {knobs}: max_vectors_per_lane must be at least 1 and units_per_cube \
-             a power of two"
+            "backward knobs {knobs}: max_vectors_per_lane must be at least 1, units_per_cube \
+             a power of two and max_vector 0 or a power of two"
         ));
     }
     if channels == 0 {
@@ -631,7 +643,11 @@ pub fn launch_backward_with(
         (&dgamma, gamma_type),
     ]
     .map(|(h, t)| (h.offset_start.unwrap_or(0), t.size()));
-    let vector_size = crate::select::widest_vector(client, x_type.size(), &[channels], &offsets);
+    let widest = crate::select::widest_vector(client, x_type.size(), &[channels], &offsets);
+    let vector_size = match knobs.max_vector {
+        0 => widest,
+        v => widest.min(v),
+    };
     let vecs = channels / vector_size;
     let gpu = is_gpu(client);
     let plane = if gpu { hw.plane_size_min as usize } else { 1 };
