@@ -489,11 +489,15 @@ impl BackwardKnobs {
     /// C = 129..256 at T = 12480..65536: 4 vectors per lane on 3 cubes per SM. From
     /// T = 200000 (except C = 257..512) 2 vectors per lane on 4 cubes per SM.
     ///
-    /// The thirteenth session's changes (2026-12-01, two calls each; the dgamma kernel then
-    /// loading its partial rows in one round): C = 1024 T = 6240 22.2 -> 20.4 us and T = 24960
-    /// 54.4 -> 49.9 us (8 cubes per SM), T = 399360 636 -> 616 us; C = 96 T = 399360 78.7 ->
-    /// 75.0 us; C = 192 T = 24960 18.5 -> 17.5 us. Earlier sessions' measurements:
-    /// BENCHMARKS.md.
+    /// Vectors of 4 elements (`max_vector`), 4 per lane, for C = 257..512 below T = 65536 (4 cubes
+    /// per SM below T = 12480, else 6) and C = 129..256 at T = 12480..65536 (6 per SM): C = 384
+    /// is then 32 lanes x 3 vectors of 4 (no idle slot; 94 registers) rather than 32 x 2 of 8.
+    ///
+    /// The thirteenth session's changes (2026-12-01; the dgamma kernel then loading its partial
+    /// rows in one round): C = 1024 T = 6240 22.2 -> 20.4 us and T = 24960 54.4 -> 49.9 us (8
+    /// cubes per SM), T = 399360 636 -> 616 us; C = 96 T = 399360 78.7 -> 75.0 us (two calls
+    /// each); vectors of 4: C = 384 T = 6240 14.6 -> 12.9 us, T = 24960 27.8 -> 25.0 us, C = 192
+    /// T = 24960 18.2 -> 16.8 us. Earlier sessions' measurements: BENCHMARKS.md.
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let mut knobs = Self::for_device(client);
         if is_gpu(client) {
@@ -515,8 +519,19 @@ impl BackwardKnobs {
                 knobs.max_vectors_per_lane = cap;
                 knobs.units_per_cube = 128;
             }
+            // Vectors of 4 elements, 4 per lane: C = 257..512 below T = 65536, C = 129..256 at
+            // T = 12480..65536.
+            let narrow_vectors = (mid_width && rows < 65_536)
+                || (channels > 128 && channels <= 256 && (12_480..65_536).contains(&rows));
+            if narrow_vectors {
+                knobs.max_vectors_per_lane = 4;
+                knobs.units_per_cube = 128;
+                knobs.max_vector = 4;
+            }
             // The persistent grid's size (see the doc comment above).
             knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
+                _ if narrow_vectors && channels > 256 && rows < 12_480 => Some(4),
+                _ if narrow_vectors && rows >= 12_480 => Some(6),
                 (_, 4) if mid_width => (rows < 200_000).then_some(2),
                 (_, 4) => Some(3),
                 (_, 2) => Some(4),
