@@ -926,12 +926,37 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     write_file(args, "bench.csv", &csv);
 }
 
+/// `base` on every grid of `cubes_per_sm` crossed with every `(vectors per lane, units per
+/// cube)` of `shapes`, in vectors of at most `max_vector` elements (0: the widest).
+fn grid_sweep(
+    base: burn_rmsnorm_silu::kernels::backward::BackwardKnobs,
+    cubes_per_sm: &[u32],
+    shapes: &[(usize, usize)],
+    max_vector: usize,
+) -> Vec<burn_rmsnorm_silu::kernels::backward::BackwardKnobs> {
+    cubes_per_sm
+        .iter()
+        .flat_map(|&n| {
+            shapes.iter().map(move |&(cap, units)| {
+                burn_rmsnorm_silu::kernels::backward::BackwardKnobs {
+                    cubes_per_sm: Some(n),
+                    max_vectors_per_lane: cap,
+                    units_per_cube: units,
+                    max_vector,
+                    ..base
+                }
+            })
+        })
+        .collect()
+}
+
 /// The fused backward (dx and dgamma) on bf16 rows, against a copy of the same bytes: it reads
 /// x and dy and writes dx (6 bytes per element; gamma and dgamma are negligible), so the roof is
 /// a copy of 3 bytes per element. Times the default knobs for the shape, the same with the IEEE
 /// SiLU', and a sweep of the register cap (1, 2, 4, 8 vectors per lane) x units per cube (128,
 /// 256) x prefetch (off, on) with the device's SiLU', then of the grid size (cubes per SM) for
-/// caps 1 and 2, and reports the best (and the sweep's five fastest in the log).
+/// caps 1 and 2, and of vectors of 4 elements on several grids, and reports the best (and the
+/// sweep's five fastest in the log).
 fn backward(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
     let client = timer.client.clone();
@@ -1007,45 +1032,28 @@ fn backward(timer: &mut Timer, args: &Args) {
                             max_vectors_per_lane: cap,
                             units_per_cube: units,
                             prefetch,
+                            max_vector: 0,
                             ..default
                         },
                     )
                 })
                 // The persistent grid's size (one cube per row group, 1 to 8 per SM) for 1 and 2
-                // vectors per lane and both cube sizes: 256-unit cubes of one vector per lane
-                // with prefetch take 72-74 registers (ptxas for sm_90), so 3 fit an SM, not 4.
-                .chain(
-                    [0u32, 1, 2, 3, 4, 6, 8]
-                        .into_iter()
-                        .flat_map(|n| {
-                            [(1usize, 128usize), (1, 256), (2, 128), (2, 256)]
-                                .map(move |(cap, units)| (n, cap, units))
-                        })
-                        .map(|(n, cap, units)| BackwardKnobs {
-                            cubes_per_sm: Some(n),
-                            max_vectors_per_lane: cap,
-                            units_per_cube: units,
-                            ..default
-                        }),
-                )
+                // vectors per lane and both cube sizes (the widest vectors, as above).
+                .chain(grid_sweep(
+                    default,
+                    &[0, 1, 2, 3, 4, 6, 8],
+                    &[(1, 128), (1, 256), (2, 128), (2, 256)],
+                    0,
+                ))
                 // Vectors of 4 elements (no idle lane where C / 8 is not a power of two, as
                 // C = 96, 192, 384 in bf16), 2 to 4 vectors per lane, on grids of 2 to 6 cubes
                 // per SM.
-                .chain(
-                    [2u32, 3, 4, 5, 6]
-                        .into_iter()
-                        .flat_map(|n| {
-                            [(2usize, 128usize), (2, 256), (4, 128), (4, 256)]
-                                .map(move |(cap, units)| (n, cap, units))
-                        })
-                        .map(|(n, cap, units)| BackwardKnobs {
-                            cubes_per_sm: Some(n),
-                            max_vectors_per_lane: cap,
-                            units_per_cube: units,
-                            max_vector: 4,
-                            ..default
-                        }),
-                );
+                .chain(grid_sweep(
+                    default,
+                    &[2, 3, 4, 5, 6],
+                    &[(2, 128), (2, 256), (4, 128), (4, 256)],
+                    4,
+                ));
             let times = ranked(timer, sweep, 20, launch);
             let top: Vec<String> = times
                 .iter()

@@ -178,9 +178,7 @@ fn fused_backward_matches_finite_differences() {
                 "wan silu",
             ),
         ] {
-            let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
-            let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
-            let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+            let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
             let label = format!("T={rows} C={channels} {what}: ");
             record_failure(&mut failures, &label, || {
                 let (dx, dgamma) =
@@ -205,9 +203,7 @@ fn fast_math_backward_on_cuda_only() {
     let mut rng = rng("backward fast");
     for (rows, channels) in [(5usize, 3usize), (33, 160), (3, 384)] {
         let norm = NormParams::rms(1e-5);
-        let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
-        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
-        let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
         let result = fused_gradients_with(
             &x,
             &gamma,
@@ -265,9 +261,7 @@ fn every_backward_knob_setting_matches_finite_differences() {
     // (300, 24): more row groups than the CPU runtime's 64 cubes, so each cube walks several
     // (the prefetch's steady state and its partial last group).
     for (rows, channels) in [(37usize, 3usize), (19, 24), (11, 40), (5, 200), (300, 24)] {
-        let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
-        let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
-        let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+        let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
         let (dx_fd, dgamma_fd) =
             finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
         let terms = term_scale(&x, &gamma, &w, channels, norm);
@@ -362,6 +356,19 @@ fn every_backward_knob_setting_matches_finite_differences() {
     }
 }
 
+/// Fresh f32-representable x (normal), gamma (in [0.5, 2]) and upstream gradient w (normal)
+/// for `[rows, C]`.
+fn f32_inputs(
+    rng: &mut rand::rngs::StdRng,
+    rows: usize,
+    channels: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let x = round_to(&randn(rng, rows * channels), DType::F32);
+    let gamma = round_to(&uniform(rng, channels, 0.5, 2.0), DType::F32);
+    let w = round_to(&randn(rng, rows * channels), DType::F32);
+    (x, gamma, w)
+}
+
 /// Fresh bf16-representable x, gamma (in [0.5, 2]) and upstream gradient w for `[rows, C]`.
 fn bf16_inputs(test: &str, rows: usize, channels: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut rng = rng(test);
@@ -372,57 +379,42 @@ fn bf16_inputs(test: &str, rows: usize, channels: usize) -> (Vec<f64>, Vec<f64>,
 }
 
 /// bf16 in and out (fp32 inside): against the f64 finite differences of the same bf16 inputs,
-/// within bf16 output rounding.
+/// within bf16 output rounding; C = 256 with the device's knobs, and C = 384 in vectors of 4
+/// (32 lanes x 3 vectors, no idle slot; prefetched as 8-byte word pairs on a GPU).
 #[test]
 fn fused_backward_in_bf16() {
-    let (rows, channels) = (9, 256);
     let norm = NormParams::rms(1e-6);
-    let (x, gamma, w) = bf16_inputs("backward bf16", rows, channels);
-    let (dx, dgamma) = fused_gradients(
-        &x,
-        &gamma,
-        &w,
-        rows,
-        channels,
-        DType::BF16,
-        norm,
-        Activation::Silu,
-    );
-    let (dx_fd, dgamma_fd) = finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
-    assert_close_to_scale(&dx, &dx_fd, 1e-2, "bf16 dx");
-    assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, "bf16 dgamma");
-}
-
-/// bf16 rows of C = 384 in vectors of 4 (32 lanes x 3 vectors, no idle slot; prefetched as
-/// 8-byte word pairs on a GPU) against central finite differences.
-#[test]
-fn bf16_in_vectors_of_four() {
-    let (rows, channels) = (9, 384);
-    let norm = NormParams::rms(1e-6);
-    let (x, gamma, w) = bf16_inputs("backward bf16 v4", rows, channels);
-    let knobs = BackwardKnobs {
+    let device_knobs = BackwardKnobs {
         fast_math: false,
+        ..BackwardKnobs::for_device(&cube_device().client())
+    };
+    let vectors_of_four = BackwardKnobs {
         max_vector: 4,
         max_vectors_per_lane: 4,
         units_per_cube: 128,
         prefetch: on_gpu(),
-        ..BackwardKnobs::for_device(&cube_device().client())
+        ..device_knobs
     };
-    let (dx, dgamma) = fused_gradients_with(
-        &x,
-        &gamma,
-        &w,
-        rows,
-        channels,
-        DType::BF16,
-        norm,
-        Activation::Silu,
-        knobs,
-    )
-    .unwrap_or_else(|e| panic!("{knobs}: {e}"));
-    let (dx_fd, dgamma_fd) = finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
-    assert_close_to_scale(&dx, &dx_fd, 1e-2, "bf16 v4 dx");
-    assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, "bf16 v4 dgamma");
+    for (channels, knobs) in [(256, device_knobs), (384, vectors_of_four)] {
+        let rows = 9;
+        let (x, gamma, w) = bf16_inputs(&format!("backward bf16 C={channels}"), rows, channels);
+        let (dx, dgamma) = fused_gradients_with(
+            &x,
+            &gamma,
+            &w,
+            rows,
+            channels,
+            DType::BF16,
+            norm,
+            Activation::Silu,
+            knobs,
+        )
+        .unwrap_or_else(|e| panic!("{knobs}: {e}"));
+        let (dx_fd, dgamma_fd) =
+            finite_differences(&x, &gamma, &w, channels, norm, Activation::Silu);
+        assert_close_to_scale(&dx, &dx_fd, 1e-2, &format!("bf16 {knobs} dx"));
+        assert_close_to_scale(&dgamma, &dgamma_fd, 1e-2, &format!("bf16 {knobs} dgamma"));
+    }
 }
 
 /// The default launcher (`launch_backward`, the device's default knobs) on a C whose bf16
@@ -496,9 +488,7 @@ fn too_wide_rows_are_refused_or_correct() {
 fn fused_backward_is_bitwise_deterministic() {
     let mut rng = rng("backward determinism");
     let (rows, channels) = (301, 96);
-    let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
-    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
-    let w = round_to(&randn(&mut rng, rows * channels), DType::F32);
+    let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
     let run = || {
         fused_gradients(
             &x,
@@ -559,9 +549,7 @@ fn dgamma_over_many_cubes_matches_f64() {
     let client = cube_device().client();
     let (rows, channels) = (20_000usize, 96usize);
     let eps = 1e-5;
-    let x = round_to(&randn(&mut rng, rows * channels), DType::F32);
-    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
-    let w = round_to(&uniform(&mut rng, rows * channels, -1.0, 1.0), DType::F32);
+    let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
     let want = dgamma_f64(&x, &gamma, &w, channels, eps);
     let knobs = BackwardKnobs {
         fast_math: false,

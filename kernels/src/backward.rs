@@ -499,51 +499,64 @@ impl BackwardKnobs {
     /// each); vectors of 4: C = 384 T = 6240 14.6 -> 12.9 us, T = 24960 27.8 -> 25.0 us, C = 192
     /// T = 24960 18.2 -> 16.8 us. Earlier sessions' measurements: BENCHMARKS.md.
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
-        let mut knobs = Self::for_device(client);
-        if is_gpu(client) {
-            knobs.prefetch = true;
-            if channels > 256 {
-                knobs.units_per_cube = 128;
-            }
-            let mid_width = channels > 256 && channels <= 512;
-            let cap = if mid_width && rows >= 65_536 {
-                4
-            } else if rows >= 200_000 || (channels > 256 && (mid_width || rows >= 65_536)) {
-                2
-            } else if channels > 128 && channels <= 256 && (12_480..65_536).contains(&rows) {
-                4
-            } else {
-                1
-            };
-            if cap > 1 {
-                knobs.max_vectors_per_lane = cap;
-                knobs.units_per_cube = 128;
-            }
-            // Vectors of 4 elements, 4 per lane: C = 257..512 below T = 65536, C = 129..256 at
-            // T = 12480..65536.
-            let narrow_vectors = (mid_width && rows < 65_536)
-                || (channels > 128 && channels <= 256 && (12_480..65_536).contains(&rows));
-            if narrow_vectors {
-                knobs.max_vectors_per_lane = 4;
-                knobs.units_per_cube = 128;
-                knobs.max_vector = 4;
-            }
-            // The persistent grid's size (see the doc comment above).
-            knobs.cubes_per_sm = match (knobs.units_per_cube, cap) {
-                _ if narrow_vectors && channels > 256 && rows < 12_480 => Some(4),
-                _ if narrow_vectors && rows >= 12_480 => Some(6),
-                (_, 4) if mid_width => (rows < 200_000).then_some(2),
-                (_, 4) => Some(3),
-                (_, 2) => Some(4),
-                _ if rows >= 200_000 => None,
-                (256, _) if rows < 12_480 => Some(2),
-                (256, _) if rows < 65_536 => Some(3),
-                (256, _) => Some(4),
-                _ if rows < 65_536 => Some(8),
-                _ => None,
-            };
+        let knobs = Self::for_device(client);
+        if !is_gpu(client) {
+            return knobs;
         }
-        knobs
+        let shape = GpuBackwardShape::for_shape(channels, rows);
+        Self {
+            prefetch: true,
+            max_vectors_per_lane: shape.max_vectors_per_lane,
+            units_per_cube: shape.units_per_cube,
+            cubes_per_sm: shape.cubes_per_sm,
+            max_vector: shape.max_vector,
+            ..knobs
+        }
+    }
+}
+
+/// The shape part of [`BackwardKnobs::for_shape`] on a GPU, a pure function of C and T (so that
+/// the table it encodes is unit-tested without a GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuBackwardShape {
+    pub max_vectors_per_lane: usize,
+    pub units_per_cube: usize,
+    pub cubes_per_sm: Option<u32>,
+    pub max_vector: usize,
+}
+
+impl GpuBackwardShape {
+    /// See [`BackwardKnobs::for_shape`] for the measurements behind each case.
+    pub fn for_shape(channels: usize, rows: usize) -> Self {
+        let shape = |cap, units, cubes_per_sm, max_vector| Self {
+            max_vectors_per_lane: cap,
+            units_per_cube: units,
+            cubes_per_sm,
+            max_vector,
+        };
+        let mid_width = channels > 256 && channels <= 512;
+        if mid_width && rows < 65_536 {
+            // Vectors of 4: C = 384 is 32 lanes x 3 (of 8: 32 x 2, a quarter idle).
+            shape(4, 128, Some(if rows < 12_480 { 4 } else { 6 }), 4)
+        } else if mid_width {
+            shape(4, 128, (rows < 200_000).then_some(2), 0)
+        } else if rows >= 200_000 || (channels > 512 && rows >= 65_536) {
+            shape(2, 128, Some(4), 0)
+        } else if channels > 512 {
+            shape(1, 128, Some(8), 0)
+        } else if channels > 128 && (12_480..65_536).contains(&rows) {
+            shape(4, 128, Some(6), 4)
+        } else {
+            // 256-unit cubes of one vector per lane: 2 per SM below T = 12480, 3 below 65536.
+            let per_sm = if rows < 12_480 {
+                2
+            } else if rows < 65_536 {
+                3
+            } else {
+                4
+            };
+            shape(1, 256, Some(per_sm), 0)
+        }
     }
 }
 
@@ -827,5 +840,47 @@ pub fn launch_reduce_dgamma(
             plane,
             gamma_type,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuBackwardShape;
+
+    /// The defaults are the measured winners (BENCHMARKS.md, thirteenth session), written as
+    /// `c<cap>.u<units>[.s<cubes per SM>][.v<vector>]`.
+    #[test]
+    fn gpu_defaults_are_the_measured_table() {
+        let label = |c, t| {
+            let s = GpuBackwardShape::for_shape(c, t);
+            let mut label = format!("c{}.u{}", s.max_vectors_per_lane, s.units_per_cube);
+            if let Some(n) = s.cubes_per_sm {
+                label += &format!(".s{n}");
+            }
+            if s.max_vector > 0 {
+                label += &format!(".v{}", s.max_vector);
+            }
+            label
+        };
+        let table = [
+            (96, ["c1.u256.s2", "c1.u256.s3", "c1.u256.s4", "c2.u128.s4"]),
+            (
+                192,
+                ["c1.u256.s2", "c4.u128.s6.v4", "c1.u256.s4", "c2.u128.s4"],
+            ),
+            (
+                384,
+                ["c4.u128.s4.v4", "c4.u128.s6.v4", "c4.u128.s2", "c4.u128"],
+            ),
+            (
+                1024,
+                ["c1.u128.s8", "c1.u128.s8", "c2.u128.s4", "c2.u128.s4"],
+            ),
+        ];
+        for (c, want) in table {
+            for (t, want) in [6240, 24960, 99840, 399360].into_iter().zip(want) {
+                assert_eq!(label(c, t), want, "C = {c}, T = {t}");
+            }
+        }
     }
 }
