@@ -812,20 +812,9 @@ pub fn launch_reduce_dgamma(
         256
     };
     let threads = 1u32 << wanted.min(max_units.max(1)).ilog2();
-    // Plane shuffles where the planes are exactly as wide as the device says (GPU).
-    let plane = if is_gpu(client) {
-        client.properties().hardware.plane_size_max
-    } else {
-        1
-    };
-    let plane = if plane == client.properties().hardware.plane_size_min
-        && plane.is_power_of_two()
-        && plane <= threads
-    {
-        plane
-    } else {
-        1
-    };
+    // The units' sums meet by plane shuffles where the row kernels' lane sums do (the kernel
+    // falls back to its shared-memory tree for a plane wider than the cube).
+    let plane = crate::forward::reduction_plane_width(client);
     unsafe {
         rms_norm_reduce_dgamma::launch_unchecked(
             client,

@@ -1092,17 +1092,10 @@ pub fn launch_channels_backward(
             [x_type, gamma_type],
         );
     }
-    // dgamma's columns in vectors of up to 4 where C allows (fewer, wider cubes).
-    let dgamma_vector = [4usize, 2, 1]
-        .into_iter()
-        .find(|&v| {
-            channels.is_multiple_of(v)
-                && dgamma
-                    .offset_start
-                    .unwrap_or(0)
-                    .is_multiple_of((v * gamma_type.size()) as u64)
-        })
-        .unwrap_or(1);
+    // dgamma's columns in vectors of f32 partials (at most 16 bytes: 4) where C and dgamma's
+    // offset allow (fewer, wider cubes).
+    let dgamma_offset = [(dgamma.offset_start.unwrap_or(0), gamma_type.size())];
+    let dgamma_vector = widest_vector(client, 4, &[channels], &dgamma_offset);
     crate::backward::launch_reduce_dgamma(
         client,
         partial,
