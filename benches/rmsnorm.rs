@@ -6,7 +6,8 @@
 //! cargo bench --bench rmsnorm -- fallback      # heuristic vs best knobs on shapes outside the LUT
 //! cargo bench --bench rmsnorm -- channels      # the Wan VAE's channel-axis shapes, both layouts
 //! cargo bench --bench rmsnorm -- backward      # the fused backward against its copy roof
-//! cargo bench --bench rmsnorm -- quant         # FP8 and NVFP4 outputs (NVFP4 knobs swept)
+//! cargo bench --bench rmsnorm -- quant         # FP8 and NVFP4 outputs (NVFP4 knobs swept;
+//!                                              # RMSNORM_QUANT_SWEEP=0: the selected knobs only)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
 //! ```
@@ -1148,6 +1149,7 @@ fn quant(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::forward::launch_forward_fp8;
     use burn_rmsnorm_silu::kernels::nvfp4::{
         Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
+        select_fp4_knobs,
     };
     let client = timer.client.clone();
     let mut csv = String::from(
@@ -1223,8 +1225,14 @@ fn quant(timer: &mut Timer, args: &Args) {
             let heuristic = heuristic_fp4_knobs(&client, c, 2);
             let h_time = run(&heuristic, 50);
             let mut best = (heuristic, h_time);
+            // `RMSNORM_QUANT_SWEEP=0`: the knobs the crate selects (table or heuristic) only.
+            let sweep = std::env::var("RMSNORM_QUANT_SWEEP").map_or(true, |v| v != "0");
+            if !sweep {
+                let selected = select_fp4_knobs(&client, c, t, 2);
+                best = (selected, run(&selected, 50));
+            }
             let mut layouts = Vec::new();
-            for k in fp4_candidates(&client, c) {
+            for k in fp4_candidates(&client, c).into_iter().filter(|_| sweep) {
                 let time = run(&k, 15);
                 layouts.push((k, time));
                 if time < best.1 {
@@ -1286,7 +1294,11 @@ fn quant(timer: &mut Timer, args: &Args) {
                     }
                 }
             }
-            let best_time = run(&best.0, 50).min(h_time);
+            let best_time = if sweep {
+                run(&best.0, 50).min(h_time)
+            } else {
+                best.1
+            };
             writeln!(
                 csv,
                 "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{}",

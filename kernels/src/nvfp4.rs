@@ -322,31 +322,75 @@ pub const E2M1_CODE_BIAS: u32 = 298;
 /// [`E2M1_CODE_BIAS`] in each of the 8 nibbles of a code word (wrapping).
 const PACKED_CODE_BIAS: u32 = E2M1_CODE_BIAS.wrapping_mul(0x1111_1111);
 
-/// [`e2m1_code`] for a `v` that is not NaN (±inf saturates), plus [`E2M1_CODE_BIAS`] (the
-/// packing subtracts it once per word): about 8 instructions instead of 14.
+/// Magnitudes below this round to at most 6 (the midpoint between 6 and the next binade's
+/// first step, 8): where [`e2m1_biased_code`] needs no saturation.
+pub const E2M1_UNSATURATED_BELOW: f32 = 7.0;
+
+/// [`e2m1_code`] of a `v` with `|v| <` [`E2M1_UNSATURATED_BELOW`] (so not NaN, nothing to
+/// saturate), plus [`E2M1_CODE_BIAS`] (the packing subtracts it once per word): 6 instructions
+/// on sm_90 (and one to pack it) where [`e2m1_code`] takes 14.
 ///
-/// `a = min(|v|, 6)` is rounded onto the E2M1 grid by one fp32 addition of a magic number
-/// `M = 2^(22 + e)`, `e = max(exponent(a), 0)`, whose ulp `2^(e - 1)` is the grid's spacing at
-/// `a` (0.5 below 2, 1 below 4, 2 from 4): the sum's single rounding is the grid's
+/// `|v|` is rounded onto the E2M1 grid by one fp32 addition of a magic number
+/// `M = 2^(22 + e)`, `e = max(exponent(v), 0)`, whose ulp `2^(e - 1)` is the grid's spacing at
+/// `|v|` (0.5 below 2, 1 below 4, 2 from 4): the sum's single rounding is the grid's
 /// round-to-nearest-even. The sum's mantissa is then the count `k` of grid steps and its
-/// exponent field `149 + e`, so `(sum & 0x3fffff) + (sum >> 22) = k + 2e + 298`, and `k + 2e`
-/// is the code (0-3 for 0..1.5 in steps of 0.5, then two codes per binade). The sign goes to
-/// bit 3 before the addition (`k + 2e < 8`: no carry reaches it).
+/// exponent field `149 + e`, so `(sum & 7) + (sum >> 22) = k + 2e + 298`, and `k + 2e`
+/// is the code (0-3 for 0..1.5 in steps of 0.5, then two codes per binade). `M` is `2^e`
+/// (the exponent field of `v`, at least 1's) times `2^22`, one fused multiply-add with `|v|`
+/// (`M` is a power of two: the product is exact, so an unfused multiply and add round the
+/// same). The sign goes to bit 3 before the addition (`k + 2e < 8`: no carry reaches it).
 #[cube]
-pub fn e2m1_biased_code(v: f32) -> u32 {
+pub fn e2m1_biased_code(v: f32, #[comptime] ptx: bool) -> u32 {
     let bits = u32::reinterpret(v);
-    let a = f32::min(f32::abs(v), 6.0f32);
-    let a_bits = u32::reinterpret(a);
-    // 2^(22 + e) as bits: the exponent field of max(a, 1), plus 22.
-    let e_bits = select(a_bits > 0x3f80_0000u32, a_bits, 0x3f80_0000u32) & 0x7f80_0000u32;
-    let sum = u32::reinterpret(a + f32::reinterpret(e_bits + 0x0b00_0000u32));
-    ((sum & 0x003f_ffffu32) | ((bits >> 28u32) & 8u32)) + (sum >> 22u32)
+    let e_bits = u32::max(bits & 0x7f80_0000u32, 0x3f80_0000u32);
+    let sum = u32::reinterpret(f32::abs(v) + f32::reinterpret(e_bits) * 4_194_304.0f32);
+    // `k < 8` and the mantissa's bits above it are 0, so `sum & 7` is `k`; `bits >> 28` is
+    // below 16, so its bits from 3 up are the sign.
+    let sign = bits >> 28u32;
+    #[allow(unused_assignments)]
+    let mut low = 0u32;
+    if comptime![ptx] {
+        // One three-input logic instruction (the compiler, left alone, masks the sign with 8
+        // and spends a second one).
+        low = ptx_merge_low_3(sum, sign);
+    } else {
+        low = (sum & 7u32) | (sign & !7u32);
+    }
+    low + (sum >> 22u32)
 }
 
-/// [`e2m1_code`] for a `v` that is not NaN: [`e2m1_biased_code`] without the bias.
+/// `(a & 7) | (b & !7)` as one PTX `lop3` (CUDA only).
 #[cube]
-pub fn e2m1_code_finite(v: f32) -> u32 {
-    e2m1_biased_code(v) - E2M1_CODE_BIAS
+fn ptx_merge_low_3(a: u32, b: u32) -> u32 {
+    let out: u32;
+    gpu_asm!(
+        "lop3.b32 {o}, {a}, {b}, 7, 0xE4;",
+        o = out(_) out,
+        a = in(_) a,
+        b = in(_) b,
+        options(pure, nomem)
+    );
+    out
+}
+
+/// `p / 6`, correctly rounded for every `p` above `2^-125` (every f32 checked on the host;
+/// below it, where the quotient is subnormal, it may be an ulp off, and every caller maps such
+/// a quotient to the same scale byte), ±inf and NaN as the division: the quotient by the
+/// reciprocal, then one fused correction by its remainder (NaN only for an infinite `p`,
+/// where the plain product is the answer), instead of the compiler's general division (its
+/// special-case check, branch and a reciprocal refined at run time). CUDA only (the CPU
+/// runtime's `fma` need not be fused); elsewhere `p / 6`.
+#[cube]
+fn div_by_6(p: f32, #[comptime] fused: bool) -> f32 {
+    if comptime![fused] {
+        let sixth = f32::new(1.0 / 6.0);
+        let q = p * sixth;
+        let r = fma(-q, 6.0f32, p);
+        let corrected = fma(r, sixth, q);
+        select(r.is_nan(), q, corrected)
+    } else {
+        p / 6.0f32
+    }
 }
 
 /// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
@@ -399,12 +443,12 @@ fn store_block<S: Float, N: Size>(
     let mut encode = 0.0f32;
     match comptime![recipe] {
         Fp4Recipe::TransformerEngine => {
-            stored = amax * s_enc / 6.0f32;
+            stored = div_by_6(amax * s_enc, ptx);
             let s = f32::cast_from(S::cast_from(clamp_e4m3(stored)));
             encode = select(s == 0.0f32, 0.0f32, s_enc / s);
         }
         Fp4Recipe::Cudnn => {
-            let sf = amax / 6.0f32;
+            let sf = div_by_6(amax, ptx);
             // max(amax / 6, FLT_MIN) that keeps a NaN.
             stored = select(sf < f32::MIN_POSITIVE, f32::MIN_POSITIVE, sf);
             encode = 1.0f32 / stored;
@@ -413,10 +457,11 @@ fn store_block<S: Float, N: Size>(
     scales[scale_index] = S::cast_from(clamp_e4m3(stored));
     let mut lo = 0u32;
     let mut hi = 0u32;
-    // Every `y * encode` is a number or ±inf (never NaN) when amax and encode are finite: the
-    // shorter encoder then (the NaN blocks, and the TE recipe's `0 * inf` at an overflowing
-    // `s_enc / s`, take the exact one).
-    if amax_bits < 0x7f80_0000u32 && u32::reinterpret(encode) < 0x7f80_0000u32 {
+    // Every `|y * encode|` is at most `amax * encode` (rounding is monotonic): below 7 the
+    // shorter encoder, which neither saturates nor sees NaN, is exact. Elsewhere (NaN or
+    // infinite blocks, the TE recipe's scales clamped at 448 or rounded to an E4M3 subnormal,
+    // an overflowing `s_enc / s`) the exact one.
+    if amax * encode < E2M1_UNSATURATED_BELOW {
         // Biased codes added into place (wrapping), the 8 biases taken off once per word.
         #[unroll]
         for h in 0..per_block {
@@ -424,7 +469,7 @@ fn store_block<S: Float, N: Size>(
             for k in 0..vector_size {
                 // Element e of the block: constant after unrolling, so the branch folds away.
                 let e = u32::cast_from(h * vector_size + k);
-                let code = e2m1_biased_code(ys[h].extract(k) * encode);
+                let code = e2m1_biased_code(ys[h].extract(k) * encode, ptx);
                 if e < 8u32 {
                     lo += code << (4u32 * e);
                 } else {
@@ -1244,6 +1289,7 @@ pub fn launch_forward_nvfp4(
 
 /// The kernel's E2M1 encoder and the E4M3 scale cast applied to `values` (for tests of the
 /// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`]`(values[i])`,
+/// `codes[len + i]` = [`e2m1_biased_code`] (PTX `lop3` on CUDA) less its bias,
 /// `scales[i]` = the E4M3 byte of `values[i]` clamped to ±448.
 #[cube(launch_unchecked)]
 pub fn rms_norm_nvfp4_codec_probe<S: Float>(
@@ -1251,18 +1297,19 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     codes: &mut [u32],
     scales: &mut [S],
     len: usize,
+    #[comptime] ptx: bool,
     #[define(S)] _scale: ElemType,
 ) {
     let i = ABSOLUTE_POS;
     if i < len {
         codes[i] = e2m1_code(values[i]);
-        codes[len + i] = e2m1_code_finite(values[i]);
+        codes[len + i] = e2m1_biased_code(values[i], ptx) - E2M1_CODE_BIAS;
         scales[i] = S::cast_from(clamp_e4m3(values[i]));
     }
 }
 
 /// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `2 len` u32 (the
-/// exact encoder's, then the finite-input encoder's, meaningless for NaN) and `scales` `len`
+/// exact encoder's, then the unsaturated encoder's, meaningful for `|v| < 7`) and `scales` `len`
 /// bytes.
 pub fn launch_codec_probe(
     client: &Client,
@@ -1283,6 +1330,7 @@ pub fn launch_codec_probe(
             BufferArg::from_raw_parts(codes, 2 * len),
             BufferArg::from_raw_parts(scales, len),
             len,
+            has_ptx_math(client),
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
         );
     }
