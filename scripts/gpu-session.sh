@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 out=$PWD/gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
-chmod +x gpu/tests gpu/bench gpu/wan gpu/wan-untuned 2>/dev/null
+chmod +x gpu/tests gpu/bench gpu/bench-* gpu/wan gpu/wan-untuned 2>/dev/null
 # cubecl's environment (compiled kernels and autotune results, one database) in gpu/ for every
 # binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
 # can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
@@ -55,7 +55,10 @@ for step in "${steps[@]}"; do
                    > "$out/tunefp8.log" 2>&1 ;;
         fallback) (cd gpu && timeout "${FALLBACK_TIMEOUT:-150}" ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout "${CHANNELS_TIMEOUT:-240}" ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
-        quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" ./bench quant --out "$out") > "$out/quant.log" 2>&1 ;;
+        # BENCH_BIN=bench-old (another build carried as gpu/bench-old.xz) and QUANT_TAG=-old
+        # (quant-old.log, quant-old/quant.csv) for a same-session comparison of two builds.
+        quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" "./${BENCH_BIN:-bench}" quant --out "$out${QUANT_TAG:+/quant$QUANT_TAG}") \
+                   > "$out/quant${QUANT_TAG:-}.log" 2>&1 ;;
         backward) (cd gpu && timeout "${BACKWARD_TIMEOUT:-200}" ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a
@@ -115,4 +118,4 @@ for step in "${steps[@]}"; do
 done
 grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
-tail -n 40 "$out/quant.log" "$out/backward.log" 2>/dev/null | cut -c1-200
+tail -n 40 "$out"/quant*.log "$out/backward.log" 2>/dev/null | cut -c1-200
