@@ -1102,7 +1102,8 @@ fn backward(timer: &mut Timer, args: &Args) {
 
 /// The NVFP4 knob space for one shape: lanes per row 1..256 (plane shuffles up to the plane,
 /// shared memory above), 128 or 256 units per cube, blocks cached when at most 16 per lane
-/// (else streamed), the PTX SiLU.
+/// (else streamed), the PTX SiLU; and lane counts that are not powers of two but divide the
+/// row's blocks (rows packed into planes).
 fn fp4_candidates(
     client: &Client,
     channels: usize,
@@ -1133,6 +1134,32 @@ fn fp4_candidates(
                 } else {
                     LaneReduce::Shared
                 },
+                fast_math: true,
+                max_cubes: None,
+                prefetch: false,
+            });
+        }
+    }
+    // Lane counts that are not powers of two and divide the row's blocks (C = 96, 160, 192,
+    // 320, 384, 640: no idle lane of a row), rows packed side by side into planes; 4 or 8
+    // planes per cube (even, so the two-rows-per-unit variants below keep whole planes).
+    let plane = hw.plane_size_min;
+    for lanes in [3u32, 5, 6, 10, 12] {
+        if plane < 32 || lanes > plane || !blocks.is_multiple_of(lanes as usize) {
+            continue;
+        }
+        let bpl = blocks / lanes as usize;
+        if bpl > 4 {
+            continue;
+        }
+        for planes in [4u32, 8] {
+            out.push(Fp4Knobs {
+                vector_size: 8,
+                lanes_per_row: lanes,
+                rows_per_cube: plane / lanes * planes,
+                rows_per_unit: 1,
+                blocks_per_lane: bpl,
+                lane_reduce: LaneReduce::Plane,
                 fast_math: true,
                 max_cubes: None,
                 prefetch: false,

@@ -288,6 +288,146 @@ fn every_nvfp4_knob_path_matches_the_host() {
     }
 }
 
+/// Lane counts that are not powers of two (C = 160: 10 blocks on 10, 5 or 3 lanes; C = 96: 6
+/// blocks on 6): the shared-memory tree over every row's lanes (CPU and GPU) and, with plane
+/// operations, rows packed side by side into planes with shuffles down inside each row; with
+/// and without the register cache, prefetch, two rows per unit, a persistent grid, and rows
+/// that need the rescue. Against the host bytes.
+#[test]
+fn nvfp4_lane_counts_that_are_not_powers_of_two() {
+    let device = cube_device();
+    let client = device.client();
+    let hw = client.properties().hardware.clone();
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
+    let mut rng = rng("nvfp4_odd_lanes");
+    let rows = 37;
+    for (channels, lane_counts) in [(160usize, &[10u32, 5, 3][..]), (96, &[6][..])] {
+        let (mut x, gamma, _) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
+        for c in 0..channels {
+            x[2 * channels + c] *= 1e30; // overflows the fp32 sum of squares
+            x[5 * channels + c] *= 1e-30; // underflows it (eps = 0)
+        }
+        let norm = NormParams::rms(0.0);
+        let y = reference(&x, &gamma, norm, Activation::Silu);
+        let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+        let blocks = channels / 16;
+        for &lanes in lane_counts {
+            for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
+                if reduce == LaneReduce::Plane && !(plane_ops && lanes <= hw.plane_size_min) {
+                    continue;
+                }
+                // Packed planes take whole planes of rows.
+                let rows_per_cube = match reduce {
+                    LaneReduce::Plane => hw.plane_size_min / lanes,
+                    LaneReduce::Shared => 3,
+                };
+                // (The CPU runtime's cubes hold fewer units than a row has lanes here.)
+                if lanes * rows_per_cube > hw.max_units_per_cube {
+                    continue;
+                }
+                for blocks_per_lane in [0, blocks.div_ceil(lanes as usize)] {
+                    for (max_cubes, prefetch, rows_per_unit) in
+                        [(None, false, 1), (Some(2), true, 1), (None, false, 2)]
+                    {
+                        if prefetch && blocks_per_lane == 0 {
+                            continue;
+                        }
+                        let knobs = Fp4Knobs {
+                            vector_size: 4,
+                            lanes_per_row: lanes,
+                            rows_per_cube,
+                            rows_per_unit,
+                            blocks_per_lane,
+                            lane_reduce: reduce,
+                            fast_math: ptx && max_cubes.is_some(),
+                            max_cubes,
+                            prefetch,
+                        };
+                        let (codes, scales) = launch_with(
+                            &x,
+                            &gamma,
+                            rows,
+                            channels,
+                            DType::F32,
+                            norm,
+                            Fp4Recipe::Cudnn,
+                            ScaleLayout::RowMajor,
+                            1.0,
+                            knobs,
+                        );
+                        let (s, n) = compare_blocks(&codes, &scales, &host, &knobs.to_string());
+                        assert!(s + n <= 2, "{knobs}: {s} scales and {n} codes differ");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packed planes need whole planes of rows per cube: anything else is refused by name (on a
+/// device with plane operations and cubes of 40 units; elsewhere the cube or the plane
+/// reduction itself is refused).
+#[test]
+fn nvfp4_packed_rows_need_whole_planes() {
+    let device = cube_device();
+    let client = device.client();
+    let mut rng = rng("nvfp4_packed_refused");
+    let (x, gamma, _) = cudnn_inputs(&mut rng, 8, 160, DType::F32);
+    let xt = upload(&x, vec![8, 160], DType::F32, &device);
+    let gt = upload(&gamma, vec![160], DType::F32, &device);
+    let knobs = Fp4Knobs {
+        vector_size: 4,
+        lanes_per_row: 10,
+        rows_per_cube: 4,
+        rows_per_unit: 1,
+        blocks_per_lane: 1,
+        lane_reduce: LaneReduce::Plane,
+        fast_math: false,
+        max_cubes: None,
+        prefetch: false,
+    };
+    let err = launch_forward_nvfp4(
+        &client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        Fp4Target {
+            codes: client.create_from_slice(&[0u8; 8 * 80]),
+            scales: client.create_from_slice(&[0u8; 8 * 10]),
+            recipe: Fp4Recipe::Cudnn,
+            layout: ScaleLayout::RowMajor,
+            s_enc: 1.0,
+        },
+        elem(DType::F32),
+        elem(DType::F32),
+        RowsProblem::dense(8, 160),
+        NormParams::rms(1e-6),
+        Activation::Silu,
+        &knobs,
+    )
+    .expect_err("10 lanes x 4 rows is not whole planes")
+    .to_string();
+    let hw = client.properties().hardware.clone();
+    let plane_ops = client
+        .features()
+        .plane
+        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    if plane_ops && hw.plane_size_min == 32 && hw.max_units_per_cube >= 40 {
+        assert!(
+            err.contains("rows_per_cube 4 must be a multiple of 3"),
+            "{err}"
+        );
+    } else {
+        assert!(
+            err.contains("does not fit") || err.contains("needs plane ops"),
+            "{err}"
+        );
+    }
+}
+
 /// The swizzled scale layout holds the row-major scales at the formula's offsets, for T not a
 /// multiple of 128 and C / 16 not a multiple of 4, and zeros in every padding byte.
 #[test]

@@ -174,7 +174,12 @@ fn nvfp4(args: &[String]) {
         gamma_words: knobs.vector_size.is_multiple_of(2),
         plane_width: 32,
     };
-    let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
+    // Rows packed into planes: a plane along x, the planes along y (as the launch does).
+    let settings = if cfg.packs_rows() {
+        cube_settings(32, knobs.rows_per_cube / cfg.rows_per_plane())
+    } else {
+        cube_settings(knobs.lanes_per_row, knobs.rows_per_cube)
+    };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_nvfp4_rows::RmsNormNvfp4Rows::new(
         settings,

@@ -182,7 +182,10 @@ fn shared_tree_sums(
     #[comptime] cfg: RowConfig,
 ) -> bool {
     let lanes = cfg.lanes_per_row;
-    let steps = comptime![lanes.trailing_zeros()];
+    // A lane count that is not a power of two (the NVFP4 kernel's) takes the tree of the next
+    // power of two, each lane adding only partners inside the row.
+    let span = comptime![lanes.next_power_of_two()];
+    let steps = comptime![span.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
     let y = UNIT_POS_Y as usize;
@@ -196,8 +199,9 @@ fn shared_tree_sums(
     sync_cube();
     #[unroll]
     for k in 0..steps {
-        let stride = ((lanes >> 1) >> k) as usize;
-        if lane < stride {
+        let stride = ((span >> 1) >> k) as usize;
+        // (Always inside the row for a power of two: the check folds away.)
+        if lane < stride && (comptime![span == lanes] || lane + stride < lanes_usize) {
             #[unroll]
             for r in 0..rows_per_unit {
                 let first = (r * rows_per_cube + y) * lanes_usize;

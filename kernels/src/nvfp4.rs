@@ -63,7 +63,9 @@ pub enum ScaleLayout {
 pub struct Fp4Knobs {
     /// Elements per load (divides 16).
     pub vector_size: usize,
-    /// Units per row (a power of two).
+    /// Units per row: a power of two, or any count up to a plane (rows then packed side by
+    /// side into planes, see [`Fp4Config::packs_rows`]) or, with the shared-memory reduction,
+    /// any count up to a plane's width and multiples of it.
     pub lanes_per_row: u32,
     /// Rows per cube.
     pub rows_per_cube: u32,
@@ -269,6 +271,20 @@ pub struct Fp4Config {
 }
 
 impl Fp4Config {
+    /// Whether rows are packed side by side into planes: a plane reduction over a lane count
+    /// that is not a power of two (the butterfly needs aligned power-of-two groups; packing
+    /// keeps every row inside one plane and leaves only `plane % lanes` units of it idle).
+    pub fn packs_rows(self) -> bool {
+        self.lane_reduce == LaneReduce::Plane
+            && self.lanes_per_row > 1
+            && !self.lanes_per_row.is_power_of_two()
+    }
+
+    /// Rows side by side in one plane when [`Self::packs_rows`].
+    pub fn rows_per_plane(self) -> u32 {
+        (self.plane_width / self.lanes_per_row.max(1)).max(1)
+    }
+
     /// The row-kernel configuration whose lane reduction this kernel shares.
     fn rows(self) -> RowConfig {
         RowConfig {
@@ -716,14 +732,24 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     let per_block = comptime![BLOCK / cfg.vector_size];
     // One row's cache: `bpl` blocks of `per_block` vectors.
     let row_cache = comptime![bpl * per_block];
-    let rcfg = comptime![cfg.rows()];
     let shared_len = comptime![match cfg.lane_reduce {
         LaneReduce::Shared => (cfg.lanes_per_row * cfg.rows_per_cube * cfg.rows_per_unit) as usize,
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
-    let lane = UNIT_POS_X as usize;
-    let y = UNIT_POS_Y as usize;
+    let mut lane = UNIT_POS_X as usize;
+    let mut y = UNIT_POS_Y as usize;
+    // Rows packed into planes (a lane count that is not a power of two): `32 / lanes` rows side
+    // by side in each plane of the cube's x axis, the plane's last `32 % lanes` units idle
+    // (they take part in the shuffles, and see no rows).
+    let mut rows_here = rows;
+    if comptime![cfg.packs_rows()] {
+        let rows_per_plane = comptime![cfg.rows_per_plane() as usize];
+        let x_pos = UNIT_POS_X as usize;
+        lane = x_pos % lanes;
+        y = UNIT_POS_Y as usize * rows_per_plane + x_pos / lanes;
+        rows_here = select(x_pos < rows_per_plane * lanes, rows, 0usize);
+    }
     // A step of the grid stride covers `rows_per_cube * rows_per_unit` rows; unit row `y` has
     // rows `y, y + rows_per_cube, ...` of it.
     let step_rows = comptime![rows_per_cube * rpu];
@@ -773,7 +799,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 u * row_cache,
                 lane,
                 blocks,
-                first < rows,
+                first < rows_here,
                 cfg,
             );
         }
@@ -792,7 +818,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                     u * row_cache,
                     lane,
                     blocks,
-                    next < rows,
+                    next < rows_here,
                     cfg,
                 );
             }
@@ -801,7 +827,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         #[unroll]
         for u in 0..rpu {
             let row = step_first_row + y + u * rows_per_cube;
-            let active = row < rows;
+            let active = row < rows_here;
             let base = row * x_row_stride;
             let mut acc = Vector::<f32, N>::new(0.0f32);
             if comptime![bpl > 0] {
@@ -843,7 +869,16 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             }
             sums[u] = horizontal_sum::<N>(acc);
         }
-        let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, rcfg);
+        let rescue = row_sums(
+            &mut sums,
+            &mut shared,
+            lane,
+            y,
+            step_first_row,
+            rows_here,
+            small,
+            cfg,
+        );
         #[unroll]
         for u in 0..rpu {
             prescales[u] = 1.0f32;
@@ -853,7 +888,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             #[unroll]
             for u in 0..rpu {
                 let row = step_first_row + y + u * rows_per_cube;
-                let active = row < rows;
+                let active = row < rows_here;
                 let base = row * x_row_stride;
                 let p = prescale(sums[u], active, small);
                 prescales[u] = p;
@@ -872,7 +907,16 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 }
                 rescued[u] = horizontal_sum::<N>(acc);
             }
-            lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, rcfg);
+            row_sums(
+                &mut rescued,
+                &mut shared,
+                lane,
+                y,
+                step_first_row,
+                rows_here,
+                small,
+                cfg,
+            );
         }
         // Pass 2: y block by block, quantised and stored.
         #[unroll]
@@ -880,7 +924,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             let row = step_first_row + y + u * rows_per_cube;
             let base = row * x_row_stride;
             let p = prescales[u];
-            if row < rows {
+            if row < rows_here {
                 if p == 1.0f32 {
                     let scale = inv_rms(sums[u], inv_channels, eps, floor);
                     if comptime![bpl > 0] {
@@ -987,6 +1031,61 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         }
         group += CUBE_COUNT;
     }
+}
+
+/// The row sums of the unit's rows from its lanes' partial sums (in place; every lane of a row
+/// gets its row's total), and whether any row that shares the reduction needs the rescue (see
+/// [`lane_sums`]): the row kernel's lane sums, or for rows packed into planes
+/// ([`Fp4Config::packs_rows`]) a tree of shuffles down within each row's lanes (`lane + offset`
+/// inside the row: a fixed order, rows never mix), its first lane's total then broadcast.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn row_sums(
+    partials: &mut Array<f32>,
+    shared: &mut Shared<[f32]>,
+    lane: usize,
+    y: usize,
+    step_first_row: usize,
+    rows: usize,
+    small_eps: bool,
+    #[comptime] cfg: Fp4Config,
+) -> bool {
+    #[allow(unused_assignments)]
+    let mut rescue = false;
+    if comptime![cfg.packs_rows()] {
+        let lanes = comptime![cfg.lanes_per_row as usize];
+        let steps = comptime![cfg.lanes_per_row.next_power_of_two().trailing_zeros()];
+        let rpu = comptime![cfg.rows_per_unit as usize];
+        let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+        let first_lane = UNIT_POS_X - lane as u32;
+        let mut mine = false;
+        #[unroll]
+        for r in 0..rpu {
+            let mut v = partials[r];
+            #[unroll]
+            for k in 0..steps {
+                let offset = 1u32 << k;
+                let other = plane_shuffle_down(v, offset);
+                if lane + (offset as usize) < lanes {
+                    v += other;
+                }
+            }
+            partials[r] = plane_shuffle(v, first_lane);
+            let row = step_first_row + y + r * rows_per_cube;
+            mine = mine || prescale(partials[r], row < rows, small_eps) != 1.0f32;
+        }
+        rescue = plane_any(mine);
+    } else {
+        rescue = lane_sums(
+            partials,
+            shared,
+            step_first_row,
+            rows,
+            small_eps,
+            cfg.rows(),
+        );
+    }
+    rescue
 }
 
 /// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into
@@ -1181,13 +1280,10 @@ pub fn launch_forward_nvfp4(
     if knobs.rows_per_unit == 0 {
         return bad("rows_per_unit must be at least 1".into());
     }
-    if !lanes.is_power_of_two()
-        || knobs.rows_per_cube == 0
-        || lanes * knobs.rows_per_cube > hw.max_units_per_cube
+    if lanes == 0 || knobs.rows_per_cube == 0 || lanes * knobs.rows_per_cube > hw.max_units_per_cube
     {
         return bad(format!(
-            "a cube of {lanes} lanes x {} rows does not fit the device's {} units per cube \
-             (lanes must be a power of two)",
+            "a cube of {lanes} lanes x {} rows does not fit the device's {} units per cube",
             knobs.rows_per_cube, hw.max_units_per_cube
         ));
     }
@@ -1203,6 +1299,17 @@ pub fn launch_forward_nvfp4(
     if lane_reduce == LaneReduce::Plane && lanes > 1 && (!plane_ops || lanes > hw.plane_size_min) {
         return bad(format!(
             "plane reduction over {lanes} lanes needs plane ops and a plane that wide"
+        ));
+    }
+    let plane_width = reduction_plane_width(client);
+    if lane_reduce == LaneReduce::Shared
+        && plane_width > 1
+        && lanes > plane_width
+        && !lanes.is_multiple_of(plane_width)
+    {
+        return bad(format!(
+            "a shared-memory reduction over {lanes} lanes (more than a plane of {plane_width}) \
+             needs a multiple of the plane"
         ));
     }
     if knobs.fast_math && !has_ptx_math(client) {
@@ -1234,7 +1341,21 @@ pub fn launch_forward_nvfp4(
         gamma_registers: knobs.holds_gamma_in_registers(channels),
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,
-        plane_width: reduction_plane_width(client),
+        plane_width,
+    };
+    // Rows packed into planes: the cube's x axis is one plane, its y axis the planes.
+    let cube_dim = if cfg.packs_rows() {
+        let per_plane = cfg.rows_per_plane();
+        if !knobs.rows_per_cube.is_multiple_of(per_plane) {
+            return bad(format!(
+                "{lanes} lanes per row pack {per_plane} rows into each plane of {plane_width}: \
+                 rows_per_cube {} must be a multiple of {per_plane}",
+                knobs.rows_per_cube
+            ));
+        }
+        CubeDim::new_2d(plane_width, knobs.rows_per_cube / per_plane)
+    } else {
+        CubeDim::new_2d(lanes, knobs.rows_per_cube)
     };
     let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
     let cubes = groups
@@ -1262,7 +1383,7 @@ pub fn launch_forward_nvfp4(
         rms_norm_nvfp4_rows::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            CubeDim::new_2d(lanes, knobs.rows_per_cube),
+            cube_dim,
             address_type,
             v,
             words_per_vector,
