@@ -208,6 +208,54 @@ fn nvfp4_bytes_match_the_host_quantiser() {
     }
 }
 
+/// Rows for the knob-path tests: cuDNN-style inputs with row 2's fp32 sum of squares
+/// overflowing (~1e30) and row 5's underflowing (eps 0), so the rescue pass runs; with the
+/// host's blocks of their f64 reference (cuDNN recipe).
+struct RescueRows {
+    x: Vec<f64>,
+    gamma: Vec<f64>,
+    rows: usize,
+    channels: usize,
+    host: Vec<Fp4Block>,
+}
+
+impl RescueRows {
+    fn new(rng: &mut rand::rngs::StdRng, rows: usize, channels: usize) -> Self {
+        let (mut x, gamma, _) = cudnn_inputs(rng, rows, channels, DType::F32);
+        for c in 0..channels {
+            x[2 * channels + c] *= 1e30; // overflows the fp32 sum of squares
+            x[5 * channels + c] *= 1e-30; // underflows it (eps = 0)
+        }
+        let y = reference(&x, &gamma, NormParams::rms(0.0), Activation::Silu);
+        let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+        RescueRows {
+            x,
+            gamma,
+            rows,
+            channels,
+            host,
+        }
+    }
+
+    /// The kernel with `knobs` against the host: at most two bytes one step away.
+    fn check(&self, knobs: Fp4Knobs) {
+        let (codes, scales) = launch_with(
+            &self.x,
+            &self.gamma,
+            self.rows,
+            self.channels,
+            DType::F32,
+            NormParams::rms(0.0),
+            Fp4Recipe::Cudnn,
+            ScaleLayout::RowMajor,
+            1.0,
+            knobs,
+        );
+        let (s, n) = compare_blocks(&codes, &scales, &self.host, &knobs.to_string());
+        assert!(s + n <= 2, "{knobs}: {s} scales and {n} codes differ");
+    }
+}
+
 /// Every knob path (one or several lanes per row, plane or shared-memory reduction, blocks
 /// cached in registers or streamed, several rows per cube, a capped grid) gives the host's
 /// bytes (with and without prefetch, one or two rows per unit, and the PTX math where the device
@@ -225,15 +273,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
         .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
     let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_knobs");
-    let (rows, channels) = (13, 160);
-    let (mut x, gamma, _) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
-    for c in 0..channels {
-        x[2 * channels + c] *= 1e30; // overflows the fp32 sum of squares
-        x[5 * channels + c] *= 1e-30; // underflows it (eps = 0)
-    }
-    let norm = NormParams::rms(0.0);
-    let y = reference(&x, &gamma, norm, Activation::Silu);
-    let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+    let inputs = RescueRows::new(&mut rng, 13, 160);
     for lanes in [1u32, 2, 4, 8, 16] {
         for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
             for rows_per_cube in [1u32, 2, 4] {
@@ -267,20 +307,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
                         {
                             continue;
                         }
-                        let (codes, scales) = launch_with(
-                            &x,
-                            &gamma,
-                            rows,
-                            channels,
-                            DType::F32,
-                            norm,
-                            Fp4Recipe::Cudnn,
-                            ScaleLayout::RowMajor,
-                            1.0,
-                            knobs,
-                        );
-                        let (s, n) = compare_blocks(&codes, &scales, &host, &knobs.to_string());
-                        assert!(s + n <= 2, "{knobs}: {s} scales and {n} codes differ");
+                        inputs.check(knobs);
                     }
                 }
             }
@@ -304,16 +331,8 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
         .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
     let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_odd_lanes");
-    let rows = 37;
     for (channels, lane_counts) in [(160usize, &[10u32, 5, 3][..]), (96, &[6][..])] {
-        let (mut x, gamma, _) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
-        for c in 0..channels {
-            x[2 * channels + c] *= 1e30; // overflows the fp32 sum of squares
-            x[5 * channels + c] *= 1e-30; // underflows it (eps = 0)
-        }
-        let norm = NormParams::rms(0.0);
-        let y = reference(&x, &gamma, norm, Activation::Silu);
-        let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+        let inputs = RescueRows::new(&mut rng, 37, channels);
         let blocks = channels / 16;
         for &lanes in lane_counts {
             for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
@@ -347,20 +366,7 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
                             max_cubes,
                             prefetch,
                         };
-                        let (codes, scales) = launch_with(
-                            &x,
-                            &gamma,
-                            rows,
-                            channels,
-                            DType::F32,
-                            norm,
-                            Fp4Recipe::Cudnn,
-                            ScaleLayout::RowMajor,
-                            1.0,
-                            knobs,
-                        );
-                        let (s, n) = compare_blocks(&codes, &scales, &host, &knobs.to_string());
-                        assert!(s + n <= 2, "{knobs}: {s} scales and {n} codes differ");
+                        inputs.check(knobs);
                     }
                 }
             }
