@@ -1153,7 +1153,8 @@ pub struct Fp4Target {
     pub s_enc: f32,
 }
 
-/// The heuristic NVFP4 knobs for rows of `channels` elements of `elem_size` bytes: ~2 blocks
+/// The heuristic NVFP4 knobs for rows of `channels` elements of `elem_size` bytes: rows packed
+/// into planes where [`packed_lanes`] finds a lane count that fits the row; else ~2 blocks
 /// per lane in registers, a plane-sized or smaller row group on devices with plane ops, a
 /// shared-memory reduction over up to 256 lanes for wide rows, streaming beyond that; one lane
 /// per row on devices without plane ops (the CPU runtime).
@@ -1188,6 +1189,21 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         };
     }
     let plane = hw.plane_size_min.max(1);
+    if let Some(lanes) = packed_lanes(blocks, plane) {
+        // Rows packed into planes, four planes per cube (the sweep's winners for C = 96, 160,
+        // 192 and 320 on the H200).
+        return Fp4Knobs {
+            vector_size,
+            lanes_per_row: lanes,
+            rows_per_cube: plane / lanes * 4,
+            rows_per_unit: 1,
+            blocks_per_lane: blocks / lanes as usize,
+            lane_reduce: LaneReduce::Plane,
+            fast_math,
+            max_cubes: None,
+            prefetch: false,
+        };
+    }
     let lanes = (blocks.div_ceil(2).next_power_of_two() as u32).min(256);
     let lane_reduce = if lanes <= plane {
         LaneReduce::Plane
@@ -1207,6 +1223,21 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         max_cubes: None,
         prefetch: false,
     }
+}
+
+/// The lane count of a packed layout ([`Fp4Config::packs_rows`]) for rows of `blocks` blocks on
+/// planes of `plane` units, where one exists that fits the row exactly with one or two blocks
+/// per lane (the fewest), packs at least two rows per plane and leaves at most 2 units of it
+/// idle: 3, 5, 6, 10 lanes on planes of 32 (C = 48, 80, 96, 160, 192, 320, ...). Power-of-two
+/// counts are the unpacked layouts' business.
+pub fn packed_lanes(blocks: usize, plane: u32) -> Option<u32> {
+    [1usize, 2]
+        .into_iter()
+        .filter(|per_lane| blocks.is_multiple_of(*per_lane))
+        .map(|per_lane| (blocks / per_lane) as u32)
+        .find(|&lanes| {
+            lanes >= 3 && !lanes.is_power_of_two() && 2 * lanes <= plane && plane % lanes <= 2
+        })
 }
 
 /// Launches the NVFP4 kernel (and, for the swizzled layout, the padding fill). `problem.channels`
@@ -1454,5 +1485,42 @@ pub fn launch_codec_probe(
             has_ptx_math(client),
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The heuristic's packed layouts: the measured winners' lane counts, none where no count
+    /// fits, and for every block count the invariants the kernel and its launch need.
+    #[test]
+    fn packed_lanes_fit_the_row_and_the_plane() {
+        for (blocks, want) in [
+            (3, Some(3)),
+            (5, Some(5)),
+            (6, Some(6)),
+            (10, Some(10)),
+            (12, Some(6)),
+            (20, Some(10)),
+            (1, None),
+            (2, None),
+            (4, None),
+            (7, None),
+            (8, None),
+            (24, None),
+            (40, None),
+        ] {
+            assert_eq!(packed_lanes(blocks, 32), want, "{blocks} blocks");
+        }
+        for blocks in 1..=8192 {
+            if let Some(lanes) = packed_lanes(blocks, 32) {
+                let per_lane = blocks / lanes as usize;
+                assert_eq!(per_lane * lanes as usize, blocks, "{blocks} blocks");
+                assert!((1..=2).contains(&per_lane), "{blocks} blocks");
+                assert!(!lanes.is_power_of_two() && 32 / lanes >= 2 && 32 % lanes <= 2);
+            }
+        }
+        assert_eq!(packed_lanes(6, 1), None, "no plane, no packing");
     }
 }
