@@ -1188,6 +1188,8 @@ fn quant(timer: &mut Timer, args: &Args) {
     } else {
         &[24_960, 99_840, 399_360]
     };
+    // `RMSNORM_QUANT_SWEEP=0`: the NVFP4 knobs the crate selects (table or heuristic) only.
+    let sweep = std::env::var("RMSNORM_QUANT_SWEEP").map_or(true, |v| v != "0");
     for c in bench_channels(&CHANNELS) {
         for &t in tokens {
             let n = t * c;
@@ -1252,8 +1254,6 @@ fn quant(timer: &mut Timer, args: &Args) {
             let heuristic = heuristic_fp4_knobs(&client, c, 2);
             let h_time = run(&heuristic, 50);
             let mut best = (heuristic, h_time);
-            // `RMSNORM_QUANT_SWEEP=0`: the knobs the crate selects (table or heuristic) only.
-            let sweep = std::env::var("RMSNORM_QUANT_SWEEP").map_or(true, |v| v != "0");
             if !sweep {
                 let selected = select_fp4_knobs(&client, c, t, 2);
                 best = (selected, run(&selected, 50));

@@ -208,6 +208,14 @@ fn nvfp4_bytes_match_the_host_quantiser() {
     }
 }
 
+/// Whether the device has plane operations (shuffles): the plane lane reductions need them.
+fn has_plane_ops(client: &rmsnorm_silu_kernels::cubecl::prelude::Client) -> bool {
+    client
+        .features()
+        .plane
+        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops)
+}
+
 /// Rows for the knob-path tests: cuDNN-style inputs with row 2's fp32 sum of squares
 /// overflowing (~1e30) and row 5's underflowing (eps 0), so the rescue pass runs; with the
 /// host's blocks of their f64 reference (cuDNN recipe).
@@ -267,10 +275,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
     let device = cube_device();
     let client = device.client();
     let hw = client.properties().hardware.clone();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let plane_ops = has_plane_ops(&client);
     let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_knobs");
     let inputs = RescueRows::new(&mut rng, 13, 160);
@@ -325,10 +330,7 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
     let device = cube_device();
     let client = device.client();
     let hw = client.properties().hardware.clone();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let plane_ops = has_plane_ops(&client);
     let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_odd_lanes");
     for (channels, lane_counts) in [(160usize, &[10u32, 5, 3][..]), (96, &[6][..])] {
@@ -417,10 +419,7 @@ fn nvfp4_packed_rows_need_whole_planes() {
     .expect_err("10 lanes x 4 rows is not whole planes")
     .to_string();
     let hw = client.properties().hardware.clone();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let plane_ops = has_plane_ops(&client);
     if plane_ops && hw.plane_size_min == 32 && hw.max_units_per_cube >= 40 {
         assert!(
             err.contains("rows_per_cube 4 must be a multiple of 3"),
@@ -619,10 +618,7 @@ fn nvfp4_table_entries_are_valid_and_correct() {
     let device = cube_device();
     let client = device.client();
     let hw = client.properties().hardware.clone();
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(rmsnorm_silu_kernels::cubecl::ir::features::Plane::Ops);
+    let plane_ops = has_plane_ops(&client);
     let mut rng = rng("nvfp4_table");
     let table = sm90_table();
     assert!(!table.is_empty());

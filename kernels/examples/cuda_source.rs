@@ -176,7 +176,7 @@ fn nvfp4(args: &[String]) {
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {
-        cube_settings(32, knobs.rows_per_cube / cfg.rows_per_plane())
+        cube_settings(cfg.plane_width, knobs.rows_per_cube / cfg.rows_per_plane())
     } else {
         cube_settings(knobs.lanes_per_row, knobs.rows_per_cube)
     };
