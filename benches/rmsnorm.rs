@@ -253,6 +253,45 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
             }
         }
     }
+    out.extend(packed_candidates(client, v, vecs));
+    out
+}
+
+/// Lane counts that are not powers of two, rows packed into planes (plane reduction): the
+/// counts up to a plane that divide the row's vectors with at most 4 per lane (C = 96: 3, 6 and
+/// 12 lanes; 160: 5, 10, 20; 192: 6, 12, 24), 4 or 8 planes per cube, 1 or 2 rows per unit.
+fn packed_candidates(client: &Client, v: usize, vecs: usize) -> Vec<Knobs> {
+    let plane = client.properties().hardware.plane_size_min;
+    let mut out = Vec::new();
+    for lanes in 3..=plane {
+        if lanes.is_power_of_two() || !vecs.is_multiple_of(lanes as usize) {
+            continue;
+        }
+        let vpl = vecs / lanes as usize;
+        if vpl > 4 {
+            continue;
+        }
+        let per_plane = plane / lanes;
+        for u in [1u32, 2] {
+            for planes in [4u32, 8] {
+                for occupancy in [0u32, 2048 / (planes * plane)] {
+                    out.push(Knobs {
+                        vector_size: v,
+                        lanes_per_row: lanes,
+                        rows_per_cube: planes * per_plane,
+                        rows_per_unit: u,
+                        vectors_per_lane: vpl,
+                        lane_reduce: LaneReduce::Plane,
+                        gamma: GammaIn::Registers,
+                        max_cubes: (occupancy > 0).then_some(occupancy * sms(client)),
+                        fast_math: false,
+                        prefetch: false,
+                        f32_cache: false,
+                    });
+                }
+            }
+        }
+    }
     out
 }
 
@@ -1348,6 +1387,38 @@ fn quant(timer: &mut Timer, args: &Args) {
     write_file(args, "quant.csv", &csv);
 }
 
+/// Same-run comparison of row-kernel knobs: `RMSNORM_AB="C T out knobs knobs ...; ..."` (out
+/// `bf16` or `fp8`). Five rounds, each timing every knobs string and the same-bytes copy
+/// (50 runs each, medians), so drift between them hits all alike; prints each one's median
+/// over the rounds and its ratio to the copy.
+fn ab(timer: &Timer) {
+    let spec = std::env::var("RMSNORM_AB").expect("RMSNORM_AB=\"C T out knobs knobs ...; ...\"");
+    for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
+        let words: Vec<&str> = case.split_whitespace().collect();
+        let [c, t, out, knobs @ ..] = words.as_slice() else {
+            panic!("RMSNORM_AB case `{case}`: expected C T out knobs...");
+        };
+        let mut b = Buffers::new(timer, t.parse().unwrap(), c.parse().unwrap());
+        b.fp8 = *out == "fp8";
+        let knobs: Vec<Knobs> = knobs.iter().map(|k| Knobs::parse(k).unwrap()).collect();
+        let mut times = vec![Vec::new(); knobs.len() + 1];
+        for _ in 0..5 {
+            for (k, slot) in knobs.iter().zip(&mut times) {
+                slot.push(time_knobs(timer, &b, k, 50));
+            }
+            times[knobs.len()].push(time_copy(timer, &b, 50));
+        }
+        let copy = median(&times[knobs.len()]);
+        for (k, slot) in knobs.iter().zip(&times) {
+            let t_k = median(slot);
+            println!(
+                "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}",
+                t_k / copy
+            );
+        }
+    }
+}
+
 fn main() {
     let args = args();
     let device = match args.device.as_str() {
@@ -1373,6 +1444,7 @@ fn main() {
         "channels" => channels(&mut timer, &args),
         "backward" => backward(&mut timer, &args),
         "quant" => quant(&mut timer, &args),
+        "ab" => ab(&timer),
         _ => bench(&mut timer, &device, &args),
     }
 }

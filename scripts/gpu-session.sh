@@ -59,6 +59,8 @@ for step in "${steps[@]}"; do
         # (quant-old.log, quant-old/quant.csv) for a same-session comparison of two builds.
         quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" "./${BENCH_BIN:-bench}" quant --out "$out${QUANT_TAG:+/quant$QUANT_TAG}") \
                    > "$out/quant${QUANT_TAG:-}.log" 2>&1 ;;
+        # RMSNORM_AB="C T out knobs knobs ...; ...": same-run timings of row-kernel knobs.
+        ab) (cd gpu && timeout "${AB_TIMEOUT:-200}" ./bench ab) > "$out/ab.log" 2>&1 ;;
         backward) (cd gpu && timeout "${BACKWARD_TIMEOUT:-200}" ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a

@@ -4,13 +4,14 @@
 use burn::tensor::DType;
 use rmsnorm_silu_kernels::formats::{e4m3_decode, e4m3_encode};
 use rmsnorm_silu_kernels::forward::launch_forward_fp8;
-use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem, select_knobs};
+use rmsnorm_silu_kernels::{Activation, Knobs, NormParams, RowsProblem, select_knobs};
 
 use crate::common::*;
 use crate::kernel_knobs::{cube_device, elem, upload};
 
-/// The FP8 codes the row kernel writes (with the device's selected knobs) for bf16 `x` and
-/// `gamma` of `[rows, C]`, into an output poisoned with the NaN code.
+/// The FP8 codes the row kernel writes (with `knobs`, or the device's selected knobs) for bf16
+/// `x` and `gamma` of `[rows, C]`, into an output poisoned with the NaN code.
+#[allow(clippy::too_many_arguments)]
 fn fp8_codes(
     x: &[f64],
     gamma: &[f64],
@@ -18,6 +19,7 @@ fn fp8_codes(
     channels: usize,
     norm: NormParams,
     scale: f32,
+    knobs: Option<Knobs>,
 ) -> Vec<u8> {
     let device = cube_device();
     let xt = upload(x, vec![rows, channels], DType::BF16, &device);
@@ -25,7 +27,7 @@ fn fp8_codes(
     let client = xt.client.clone();
     let out = client.create_from_slice(&vec![0x7Fu8; rows * channels]);
     let problem = RowsProblem::dense(rows, channels);
-    let knobs = select_knobs(&client, problem, 2, 2, 256);
+    let knobs = knobs.unwrap_or_else(|| select_knobs(&client, problem, 2, 2, 256));
     launch_forward_fp8(
         &client,
         xt.handle.clone(),
@@ -39,7 +41,7 @@ fn fp8_codes(
         scale,
         &knobs,
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{knobs}: {e}"));
     client.read_one_unchecked(out).to_vec()
 }
 
@@ -52,39 +54,77 @@ fn fp8_codes_match_the_host_quantiser() {
         (9, 64, 300.0),
         (3, 7, 0.5),
     ] {
-        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
-        let norm = NormParams::rms(eps);
-        let want = reference(&x, &gamma, norm, Activation::Silu);
-        let n = rows * channels;
-        let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale);
-        assert_eq!(bytes.len(), n);
-        let mut differing = 0;
-        for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
-            let code = e4m3_encode((y * scale as f64) as f32);
-            if got != code {
-                differing += 1;
-                // Only where the kernel's fp32 y sits next to a rounding boundary: one code away.
-                let (a, b) = (e4m3_decode(got) as f64, e4m3_decode(code) as f64);
-                assert!(
-                    (got as i32 - code as i32).abs() == 1 && a.is_finite(),
-                    "element {i}: kernel {got:#04x} ({a}) vs host {code:#04x} ({b}), y*scale = {}",
-                    y * scale as f64
-                );
-            }
-            // cuDNN's check: dequantised within atol = rtol = 0.125 of clamp(ref, +-448)/scale.
-            let clamped = (y * scale as f64).clamp(-448.0, 448.0);
-            let deq = e4m3_decode(got) as f64;
+        check_fp8_codes(&mut rng, rows, channels, scale, None);
+    }
+}
+
+/// Lane counts that are not powers of two (rows packed into planes) with FP8 out, also the
+/// packed E4M3 pairs of the PTX path, and amax from the packed cube's unit slots (CUDA: the
+/// CPU runtime has no plane operations).
+#[test]
+fn fp8_packed_lane_counts() {
+    if !on_gpu() {
+        return;
+    }
+    let mut rng = rng("fp8 packed");
+    let packed = |lanes: u32, rows_per_cube: u32, vpl: usize, fast_math: bool| Knobs {
+        fast_math,
+        ..Knobs::parse(&format!(
+            "v8.l{lanes}.r{rows_per_cube}.u1.c{vpl}.plane.greg.m-"
+        ))
+        .unwrap()
+    };
+    for (rows, channels, scale, knobs) in [
+        (1001, 96, 1.0f32, packed(6, 20, 2, false)),
+        (1001, 96, 64.0, packed(6, 20, 2, true)),
+        (777, 160, 2.0, packed(10, 12, 2, true)),
+        (333, 192, 0.5, packed(12, 8, 2, true)),
+    ] {
+        check_fp8_codes(&mut rng, rows, channels, scale, Some(knobs));
+        check_fp8_amax(&mut rng, rows, channels, scale, false, Some(knobs));
+    }
+}
+
+/// The kernel's codes against the host quantiser on fresh cuDNN-style inputs.
+fn check_fp8_codes(
+    rng: &mut rand::rngs::StdRng,
+    rows: usize,
+    channels: usize,
+    scale: f32,
+    knobs: Option<Knobs>,
+) {
+    let (x, gamma, eps) = cudnn_inputs(rng, rows, channels, DType::BF16);
+    let norm = NormParams::rms(eps);
+    let want = reference(&x, &gamma, norm, Activation::Silu);
+    let n = rows * channels;
+    let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale, knobs);
+    assert_eq!(bytes.len(), n);
+    let mut differing = 0;
+    for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
+        let code = e4m3_encode((y * scale as f64) as f32);
+        if got != code {
+            differing += 1;
+            // Only where the kernel's fp32 y sits next to a rounding boundary: one code away.
+            let (a, b) = (e4m3_decode(got) as f64, e4m3_decode(code) as f64);
             assert!(
-                (deq - clamped).abs() <= 0.125 + 0.125 * clamped.abs(),
-                "element {i}: {deq} vs {clamped}"
+                (got as i32 - code as i32).abs() == 1 && a.is_finite(),
+                "element {i}: kernel {got:#04x} ({a}) vs host {code:#04x} ({b}), y*scale = {}",
+                y * scale as f64
             );
         }
-        eprintln!("T={rows} C={channels} scale={scale}: {differing} of {n} codes differ by one");
+        // cuDNN's check: dequantised within atol = rtol = 0.125 of clamp(ref, +-448)/scale.
+        let clamped = (y * scale as f64).clamp(-448.0, 448.0);
+        let deq = e4m3_decode(got) as f64;
         assert!(
-            differing * 1000 <= n,
-            "too many differing codes: {differing} of {n}"
+            (deq - clamped).abs() <= 0.125 + 0.125 * clamped.abs(),
+            "element {i}: {deq} vs {clamped}"
         );
     }
+    eprintln!("T={rows} C={channels} scale={scale}: {differing} of {n} codes differ by one");
+    assert!(
+        differing * 1000 <= n,
+        "too many differing codes: {differing} of {n} ({knobs:?})"
+    );
 }
 
 /// Scales at both ends of the f32 range: 2^-100, 2^100 (the largest the PTX SiLU folds into
@@ -103,7 +143,7 @@ fn fp8_extreme_scales_keep_zeros_and_saturate() {
     let norm = NormParams::rms(1e-6);
     let want = reference(&x, &gamma, norm, Activation::Silu);
     for scale in [7.888_609e-31f32, 1.267_650_6e30, 3.0e38] {
-        let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale);
+        let bytes = fp8_codes(&x, &gamma, rows, channels, norm, scale, None);
         let mut differing = 0;
         for (i, (&got, &y)) in bytes.iter().zip(&want).enumerate() {
             let code = e4m3_encode((y * scale as f64) as f32);
@@ -205,8 +245,6 @@ fn fp8_on_a_backend_without_the_kernel_is_refused() {
 /// knob path the selection picks for these shapes, a NaN row makes it NaN, zero rows give 0.
 #[test]
 fn fp8_amax_is_the_max_of_y() {
-    use rmsnorm_silu_kernels::forward::launch_forward_fp8_amax;
-    let device = cube_device();
     let mut rng = rng("fp8 amax");
     for (rows, channels, scale, nan_row) in [
         (37, 96, 1.0f32, false),
@@ -215,59 +253,74 @@ fn fp8_amax_is_the_max_of_y() {
         (4, 16, 1.0, true),
         (0, 8, 1.0, false),
     ] {
-        let (mut x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
-        if nan_row {
-            x[channels + 3] = f64::NAN;
-        }
-        let norm = NormParams::rms(eps);
-        let want = reference(&x, &gamma, norm, Activation::Silu);
-        let want_amax = want.iter().fold(0.0f64, |m, v| {
-            if v.is_nan() || m.is_nan() {
-                f64::NAN
-            } else {
-                m.max(v.abs())
-            }
-        });
-        let n = rows * channels;
-        // Zero rows: a one-row buffer that the kernel must not read.
-        let x_buffer = if rows == 0 {
-            vec![0.0; channels]
+        check_fp8_amax(&mut rng, rows, channels, scale, nan_row, None);
+    }
+}
+
+/// `max |y|` from the FP8 kernel (`knobs`, or the selected ones) against the host's; with
+/// `nan_row` one `x` is NaN and amax must be NaN.
+fn check_fp8_amax(
+    rng: &mut rand::rngs::StdRng,
+    rows: usize,
+    channels: usize,
+    scale: f32,
+    nan_row: bool,
+    knobs: Option<Knobs>,
+) {
+    use rmsnorm_silu_kernels::forward::launch_forward_fp8_amax;
+    let device = cube_device();
+    let (mut x, gamma, eps) = cudnn_inputs(rng, rows, channels, DType::BF16);
+    if nan_row {
+        x[channels + 3] = f64::NAN;
+    }
+    let norm = NormParams::rms(eps);
+    let want = reference(&x, &gamma, norm, Activation::Silu);
+    let want_amax = want.iter().fold(0.0f64, |m, v| {
+        if v.is_nan() || m.is_nan() {
+            f64::NAN
         } else {
-            x.clone()
-        };
-        let xt = upload(&x_buffer, vec![rows.max(1), channels], DType::BF16, &device);
-        let gt = upload(&gamma, vec![channels], DType::BF16, &device);
-        let client = xt.client.clone();
-        let out = client.create_from_slice(&vec![0x7Fu8; n.max(1)]);
-        let amax = client.create_from_slice(&f32::NAN.to_le_bytes());
-        let problem = RowsProblem::dense(rows, channels);
-        let knobs = select_knobs(&client, problem, 2, 2, 256);
-        launch_forward_fp8_amax(
-            &client,
-            xt.handle.clone(),
-            gt.handle.clone(),
-            out,
-            amax.clone(),
-            elem(DType::BF16),
-            elem(DType::BF16),
-            problem,
-            norm,
-            Activation::Silu,
-            scale,
-            &knobs,
-        )
-        .unwrap();
-        let bytes = client.read_one_unchecked(amax).to_vec();
-        let got = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64;
-        let what = format!("T={rows} C={channels} {knobs}");
-        if want_amax.is_nan() {
-            assert!(got.is_nan(), "{what}: amax {got}, want NaN");
-        } else {
-            assert!(
-                (got - want_amax).abs() <= 1e-5 * want_amax.max(1e-30),
-                "{what}: amax {got} vs {want_amax}"
-            );
+            m.max(v.abs())
         }
+    });
+    let n = rows * channels;
+    // Zero rows: a one-row buffer that the kernel must not read.
+    let x_buffer = if rows == 0 {
+        vec![0.0; channels]
+    } else {
+        x.clone()
+    };
+    let xt = upload(&x_buffer, vec![rows.max(1), channels], DType::BF16, &device);
+    let gt = upload(&gamma, vec![channels], DType::BF16, &device);
+    let client = xt.client.clone();
+    let out = client.create_from_slice(&vec![0x7Fu8; n.max(1)]);
+    let amax = client.create_from_slice(&f32::NAN.to_le_bytes());
+    let problem = RowsProblem::dense(rows, channels);
+    let knobs = knobs.unwrap_or_else(|| select_knobs(&client, problem, 2, 2, 256));
+    launch_forward_fp8_amax(
+        &client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        out,
+        amax.clone(),
+        elem(DType::BF16),
+        elem(DType::BF16),
+        problem,
+        norm,
+        Activation::Silu,
+        scale,
+        &knobs,
+    )
+    .unwrap();
+    let bytes = client.read_one_unchecked(amax).to_vec();
+    let got = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64;
+    let what = format!("T={rows} C={channels} {knobs}");
+    if want_amax.is_nan() {
+        assert!(got.is_nan(), "{what}: amax {got}, want NaN");
+    } else {
+        assert!(
+            (got - want_amax).abs() <= 1e-5 * want_amax.max(1e-30),
+            "{what}: amax {got} vs {want_amax}"
+        );
     }
 }
 

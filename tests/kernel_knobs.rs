@@ -163,6 +163,24 @@ fn out_of_range_rows_are_rescued_on_every_knob_path() {
             (knobs(8, 16, 8, 0, Plane), 1000),
             (knobs(8, 64, 2, 2, Shared), 1024),
             (knobs(8, 64, 2, 0, Shared), 4096),
+            // Rows packed into planes (lane counts that are not powers of two).
+            (knobs(8, 6, 20, 2, Plane), 96),
+            (
+                Knobs {
+                    rows_per_unit: 2,
+                    ..knobs(8, 10, 6, 2, Plane)
+                },
+                160,
+            ),
+            (knobs(8, 5, 12, 0, Plane), 1000),
+            (
+                Knobs {
+                    prefetch: true,
+                    max_cubes: Some(2),
+                    ..knobs(8, 3, 10, 4, Plane)
+                },
+                96,
+            ),
         ]);
     }
     let mut failures = Vec::new();
@@ -391,6 +409,9 @@ fn every_knob_path_writes_every_element() {
             }
         }
     }
+    if on_gpu() {
+        cases.extend(packed_cases());
+    }
     cases.push((knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8));
     // Every case runs; the failures are reported together. RMSNORM_KNOB_CASE=i runs case i only.
     let only: Option<usize> = std::env::var("RMSNORM_KNOB_CASE")
@@ -408,6 +429,64 @@ fn every_knob_path_writes_every_element() {
         }
     }
     assert_no_failures(&failures);
+}
+
+/// Lane counts that are not powers of two, rows packed side by side into planes of 32 (CUDA):
+/// 1 to 10 rows per plane, idle units at each plane's end, rows whose vectors do not fill the
+/// lanes (C = 88, 152), streaming rows, several rows per unit, gamma in every place, prefetch
+/// with the f32 cache and the PTX SiLU on persistent grids.
+fn packed_cases() -> Vec<(Knobs, usize, usize)> {
+    use LaneReduce::Plane;
+    let with = |k: Knobs, u: u32, gamma: GammaIn| Knobs {
+        rows_per_unit: u,
+        gamma,
+        ..k
+    };
+    let prefetched = |k: Knobs, cubes: u32, f32_cache: bool| Knobs {
+        prefetch: true,
+        max_cubes: Some(cubes),
+        fast_math: f32_cache,
+        f32_cache,
+        ..k
+    };
+    vec![
+        (knobs(8, 3, 10, 4, Plane), 1001, 96),
+        (knobs(8, 6, 20, 2, Plane), 1001, 96),
+        (knobs(8, 12, 8, 1, Plane), 1001, 96),
+        (knobs(8, 5, 12, 4, Plane), 777, 160),
+        (knobs(8, 10, 12, 2, Plane), 777, 160),
+        (knobs(8, 20, 4, 1, Plane), 777, 160),
+        (knobs(8, 6, 5, 4, Plane), 333, 192),
+        (knobs(8, 24, 2, 1, Plane), 333, 192),
+        (knobs(8, 3, 10, 4, Plane), 101, 88),
+        (knobs(8, 5, 6, 4, Plane), 101, 152),
+        (knobs(8, 5, 6, 0, Plane), 101, 1000),
+        (
+            with(knobs(8, 6, 20, 2, Plane), 2, GammaIn::Shared),
+            1001,
+            96,
+        ),
+        (
+            with(knobs(8, 10, 12, 2, Plane), 1, GammaIn::Global),
+            777,
+            160,
+        ),
+        (
+            prefetched(knobs(8, 6, 20, 2, Plane), 132, false),
+            99_999,
+            96,
+        ),
+        (
+            prefetched(with(knobs(8, 3, 10, 4, Plane), 2, GammaIn::Shared), 7, true),
+            3_333,
+            96,
+        ),
+        (
+            prefetched(knobs(8, 10, 12, 2, Plane), 264, true),
+            4_001,
+            160,
+        ),
+    ]
 }
 
 /// Whatever the heuristic picks for this device is valid and correct, for C from 1 to 600.
@@ -484,7 +563,6 @@ fn invalid_knobs_are_refused_with_a_reason() {
     let problem = RowsProblem::dense(4, 12);
     let cases = [
         (knobs(8, 1, 1, 2, LaneReduce::Plane), "must divide C"),
-        (knobs(4, 3, 1, 2, LaneReduce::Shared), "power of two"),
         (knobs(4, 1, 1 << 20, 2, LaneReduce::Plane), "units per cube"),
     ];
     let pitched = RowsProblem {
@@ -503,6 +581,24 @@ fn invalid_knobs_are_refused_with_a_reason() {
     for (k, needle) in cases {
         let err = validate_knobs(&client, &k, problem, &[0, 0, 0], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains(needle), "{k:?}: {err}");
+    }
+    if on_gpu() {
+        // Packed rows take whole planes; a shared reduction wider than a plane whole planes of
+        // a row.
+        let wide = RowsProblem::dense(4, 320);
+        for (k, needle) in [
+            (
+                knobs(8, 10, 4, 4, LaneReduce::Plane),
+                "must be a multiple of 3",
+            ),
+            (
+                knobs(8, 40, 2, 1, LaneReduce::Shared),
+                "multiple of the plane",
+            ),
+        ] {
+            let err = validate_knobs(&client, &k, wide, &[0; 3], &[2; 3]).unwrap_err();
+            assert!(err.to_string().contains(needle), "{k:?}: {err}");
+        }
     }
     if !on_gpu() {
         let fast = Knobs {

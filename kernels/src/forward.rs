@@ -102,17 +102,21 @@ pub(crate) fn tree_sum<N: Size>(
 }
 
 /// Combines, for each of the unit's `rows_per_unit` rows, the partial sums of the
-/// `lanes_per_row` units of that row; every lane gets the totals (in place).
+/// `lanes_per_row` units of that row; every lane gets the totals (in place). `lane` and `y` are
+/// the unit's [`unit_lane`] and [`unit_row`]; `rows` the unit's [`rows_seen`].
 ///
 /// Returns whether any row that shares the reduction with this unit needs the rescue of
 /// [`crate::rescue`]: the answer is the same for every unit that takes part in the same plane
 /// shuffles (plane reduction) or cube barriers (shared reduction), so a second call inside
 /// `if rescue { .. }` stays uniform. Row `y + r * rows_per_cube` of a cube step starts at
 /// `step_first_row`.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn lane_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
+    lane: usize,
+    y: usize,
     step_first_row: usize,
     rows: usize,
     small_eps: bool,
@@ -122,9 +126,10 @@ pub(crate) fn lane_sums(
     let steps = comptime![lanes.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
-    let y = UNIT_POS_Y as usize;
     let mut rescue = false;
-    if comptime![lanes > 1] {
+    if comptime![cfg.packs_rows()] {
+        rescue = packed_row_sums(partials, lane, y, step_first_row, rows, small_eps, cfg);
+    } else if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
             LaneReduce::Plane => {
                 #[unroll]
@@ -168,6 +173,81 @@ pub(crate) fn lane_sums(
         }
     }
     rescue
+}
+
+/// [`lane_sums`] for rows packed into planes ([`RowConfig::packs_rows`]): a tree of shuffles
+/// down within each row's lanes (`lane + offset` inside the row: a fixed order, rows never
+/// mix), its first lane's total then broadcast to the row. The rescue answer is the plane's.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn packed_row_sums(
+    partials: &mut Array<f32>,
+    lane: usize,
+    y: usize,
+    step_first_row: usize,
+    rows: usize,
+    small_eps: bool,
+    #[comptime] cfg: RowConfig,
+) -> bool {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let steps = comptime![cfg.lanes_per_row.next_power_of_two().trailing_zeros()];
+    let rows_per_unit = comptime![cfg.rows_per_unit as usize];
+    let rows_per_cube = comptime![cfg.rows_per_cube as usize];
+    let first_lane = UNIT_POS_X - lane as u32;
+    let mut mine = false;
+    #[unroll]
+    for r in 0..rows_per_unit {
+        let mut v = partials[r];
+        #[unroll]
+        for k in 0..steps {
+            let offset = 1u32 << k;
+            let other = plane_shuffle_down(v, offset);
+            if lane + (offset as usize) < lanes {
+                v += other;
+            }
+        }
+        partials[r] = plane_shuffle(v, first_lane);
+        let row = step_first_row + y + r * rows_per_cube;
+        mine = mine || prescale(partials[r], row < rows, small_eps) != 1.0f32;
+    }
+    plane_any(mine)
+}
+
+/// The unit's lane in its row: its x position, or with rows packed into planes
+/// ([`RowConfig::packs_rows`]) its place in its row's group of `lanes` units of the plane.
+#[cube]
+pub(crate) fn unit_lane(#[comptime] cfg: RowConfig) -> usize {
+    if comptime![cfg.packs_rows()] {
+        UNIT_POS_X as usize % comptime![cfg.lanes_per_row as usize]
+    } else {
+        UNIT_POS_X as usize
+    }
+}
+
+/// The unit's row slot in the cube (`0..rows_per_cube`): its y position, or with rows packed
+/// into planes `rows_per_plane` slots per plane (a plane's idle units get the slot after its
+/// last row and see no rows, see [`rows_seen`]).
+#[cube]
+pub(crate) fn unit_row(#[comptime] cfg: RowConfig) -> usize {
+    if comptime![cfg.packs_rows()] {
+        UNIT_POS_Y as usize * comptime![cfg.rows_per_plane() as usize]
+            + UNIT_POS_X as usize / comptime![cfg.lanes_per_row as usize]
+    } else {
+        UNIT_POS_Y as usize
+    }
+}
+
+/// The row count as this unit sees it: `rows`, or 0 for the idle units at the end of a packed
+/// plane (`plane % lanes` of them), which then load, reduce and write nothing of their own
+/// while taking part in the plane's shuffles.
+#[cube]
+pub(crate) fn rows_seen(rows: usize, #[comptime] cfg: RowConfig) -> usize {
+    if comptime![cfg.packs_rows()] {
+        let busy = comptime![(cfg.rows_per_plane() * cfg.lanes_per_row) as usize];
+        select((UNIT_POS_X as usize) < busy, rows, 0usize)
+    } else {
+        rows
+    }
 }
 
 /// [`lane_sums`] through a shared-memory tree over the lanes of each row (`log2(lanes) + 2`
@@ -469,8 +549,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
 
-    let lane = UNIT_POS_X as usize;
-    let y = UNIT_POS_Y as usize;
+    let lane = unit_lane(cfg);
+    let y = unit_row(cfg);
+    // Rows as this unit sees them (0 for a packed plane's idle units); `rows` itself sets the
+    // cube's walk (every unit of a cube runs the same steps) and the loads' last row.
+    let rows_here = rows_seen(rows, cfg);
     let rows_per_step = comptime![rows_per_cube * rows_per_unit];
     #[allow(clippy::manual_div_ceil)]
     let groups = (rows + rows_per_step - 1) / rows_per_step;
@@ -511,7 +594,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 }
             }
             GammaIn::Shared => {
-                let units = comptime![lanes * rows_per_cube];
+                let units = comptime![cfg.units_per_cube() as usize];
                 let mut j = UNIT_POS as usize;
                 while j < vecs_per_row {
                     g_shared[j] = Vector::<f32, N>::cast_from(gamma[j]);
@@ -539,7 +622,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         // register array keeps the loaded registers from being carried around the loop, which
         // made the compiler repack (and so wait for) them right after the loads.
         let slots = comptime![vpl * rows_per_unit];
-        let units = comptime![lanes * rows_per_cube];
+        let units = comptime![cfg.units_per_cube() as usize];
         let mut next_regs =
             Array::<Vector<u32, W>>::new(comptime![if cfg.prefetch { slots } else { 1 }]);
         let mut staged = Shared::<[Vector<u32, W>]>::new_slice(comptime![if cfg.prefetch {
@@ -553,6 +636,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 load_rows::<W>(
                     x_words,
                     &mut next_regs,
+                    lane,
                     group * rows_per_step + y,
                     rows,
                     x_row_stride,
@@ -572,6 +656,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     load_rows::<W>(
                         x_words,
                         &mut next_regs,
+                        lane,
                         next * rows_per_step + y,
                         rows,
                         x_row_stride,
@@ -589,7 +674,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 }
                 #[unroll]
                 for r in 0..rows_per_unit {
-                    let active = first_row + r * rows_per_cube < rows;
+                    let active = first_row + r * rows_per_cube < rows_here;
                     let mut acc = Vector::<f32, N>::new(0.0f32);
                     #[unroll]
                     for i in 0..vpl {
@@ -604,7 +689,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 #[unroll]
                 for r in 0..rows_per_unit {
                     let row = first_row + r * rows_per_cube;
-                    let active = row < rows;
+                    let active = row < rows_here;
                     let base = row * x_row_stride;
                     let mut acc = Vector::<f32, N>::new(0.0f32);
                     #[unroll]
@@ -620,14 +705,23 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     sums[r] = horizontal_sum::<N>(acc);
                 }
             }
-            let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, cfg);
+            let rescue = lane_sums(
+                &mut sums,
+                &mut shared,
+                lane,
+                y,
+                step_first_row,
+                rows_here,
+                small,
+                cfg,
+            );
             // Rare: a row total out of fp32 range is summed again from the registers with
             // exactly scaled values (see `rescue`); uniform across the reduction's units.
             if rescue {
                 #[unroll]
                 for r in 0..rows_per_unit {
                     let row = first_row + r * rows_per_cube;
-                    let active = row < rows;
+                    let active = row < rows_here;
                     pre[r] = prescale(sums[r], active, small);
                     let p = Vector::<f32, N>::new(pre[r]);
                     let mut acc = Vector::<f32, N>::new(0.0f32);
@@ -641,12 +735,21 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     }
                     rescued[r] = horizontal_sum::<N>(acc);
                 }
-                lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, cfg);
+                lane_sums(
+                    &mut rescued,
+                    &mut shared,
+                    lane,
+                    y,
+                    step_first_row,
+                    rows_here,
+                    small,
+                    cfg,
+                );
             }
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
-                let active = row < rows;
+                let active = row < rows_here;
                 let out_base = row * out_row_stride;
                 let mut p = 1.0f32;
                 if rescue {
@@ -664,6 +767,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                             gamma,
                             out,
                             out_words,
+                            lane,
                             r,
                             active,
                             out_base,
@@ -688,6 +792,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                             gamma,
                             out,
                             out_words,
+                            lane,
                             r,
                             active,
                             out_base,
@@ -720,29 +825,49 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 let row = first_row + r * rows_per_cube;
                 sums[r] = streamed_sum_sq::<E, N>(
                     x,
+                    lane,
                     row * x_row_stride,
                     vecs_per_row,
-                    row < rows,
+                    row < rows_here,
                     1.0f32,
                     cfg,
                 );
             }
-            let rescue = lane_sums(&mut sums, &mut shared, step_first_row, rows, small, cfg);
+            let rescue = lane_sums(
+                &mut sums,
+                &mut shared,
+                lane,
+                y,
+                step_first_row,
+                rows_here,
+                small,
+                cfg,
+            );
             if rescue {
                 #[unroll]
                 for r in 0..rows_per_unit {
                     let row = first_row + r * rows_per_cube;
-                    pre[r] = prescale(sums[r], row < rows, small);
+                    pre[r] = prescale(sums[r], row < rows_here, small);
                     rescued[r] = streamed_sum_sq::<E, N>(
                         x,
+                        lane,
                         row * x_row_stride,
                         vecs_per_row,
-                        row < rows,
+                        row < rows_here,
                         pre[r],
                         cfg,
                     );
                 }
-                lane_sums(&mut rescued, &mut shared, step_first_row, rows, small, cfg);
+                lane_sums(
+                    &mut rescued,
+                    &mut shared,
+                    lane,
+                    y,
+                    step_first_row,
+                    rows_here,
+                    small,
+                    cfg,
+                );
             }
             #[unroll]
             for r in 0..rows_per_unit {
@@ -753,7 +878,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 if rescue {
                     p = pre[r];
                 }
-                if row < rows {
+                if row < rows_here {
                     if p == 1.0f32 {
                         let scale = inv_rms(sums[r], inv_channels, eps, floor);
                         amax = nan_max(
@@ -763,6 +888,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                                 gamma,
                                 out,
                                 out_words,
+                                lane,
                                 base,
                                 out_base,
                                 vecs_per_row,
@@ -783,6 +909,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                                 gamma,
                                 out,
                                 out_words,
+                                lane,
                                 base,
                                 out_base,
                                 vecs_per_row,
@@ -801,7 +928,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         }
     }
     if comptime![cfg.output == Output::Fp8E4M3WithAmax] {
-        let units = comptime![(cfg.lanes_per_row * cfg.rows_per_cube) as usize];
+        let units = comptime![cfg.units_per_cube() as usize];
         amax_partial[CUBE_POS * units + UNIT_POS as usize] = amax;
     }
 }
@@ -879,9 +1006,11 @@ pub(crate) fn stage_words<W: Size>(
 /// A slot of a row past the end or of a column past the row loads the last row's or column's
 /// vector instead (every reader masks those slots), so the loads need no predicate either.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn load_rows<W: Size>(
     x_words: &[Vector<u32, W>],
     xs: &mut Array<Vector<u32, W>>,
+    lane: usize,
     first_row: usize,
     rows: usize,
     x_row_stride: usize,
@@ -890,7 +1019,6 @@ fn load_rows<W: Size>(
 ) {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
-    let lane = UNIT_POS_X as usize;
     #[unroll]
     for r in 0..comptime![cfg.rows_per_unit as usize] {
         let row = first_row + r * comptime![cfg.rows_per_cube as usize];
@@ -956,6 +1084,7 @@ pub(crate) fn words_to_f32<E: Float, N: Size, W: Size>(
 #[cube]
 fn streamed_sum_sq<E: Float, N: Size>(
     x: &[Vector<E, N>],
+    lane: usize,
     base: usize,
     vecs_per_row: usize,
     active: bool,
@@ -966,7 +1095,7 @@ fn streamed_sum_sq<E: Float, N: Size>(
     let pv = Vector::<f32, N>::new(p);
     let mut acc = Vector::<f32, N>::new(0.0f32);
     if active {
-        let mut j = UNIT_POS_X as usize;
+        let mut j = lane;
         while j < vecs_per_row {
             let v = Vector::<f32, N>::cast_from(x[base + j]) * pv;
             acc += v * v;
@@ -1066,6 +1195,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
     out_words: &mut [Vector<u32, V>],
+    lane: usize,
     r: usize,
     active: bool,
     out_base: usize,
@@ -1079,7 +1209,6 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
 ) -> f32 {
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
-    let lane = UNIT_POS_X as usize;
     let scale = Vector::<f32, N>::new(input_scale(scale, cfg));
     let pv = Vector::<f32, N>::new(p);
     let mut amax = 0.0f32;
@@ -1115,6 +1244,7 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     gamma: &[Vector<G, N>],
     out: &mut [Vector<O, N>],
     out_words: &mut [Vector<u32, V>],
+    lane: usize,
     base: usize,
     out_base: usize,
     vecs_per_row: usize,
@@ -1129,7 +1259,7 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     let scale = Vector::<f32, N>::new(input_scale(scale, cfg));
     let pv = Vector::<f32, N>::new(p);
     let mut amax = 0.0f32;
-    let mut j = UNIT_POS_X as usize;
+    let mut j = lane;
     while j < vecs_per_row {
         let mut v = Vector::<f32, N>::cast_from(x[base + j]);
         if comptime![prescaled] {
@@ -1186,16 +1316,43 @@ pub fn validate_knobs(
             knobs.vector_size, hw.max_vector_size
         ));
     }
-    if !knobs.lanes_per_row.is_power_of_two() {
+    let lanes = knobs.lanes_per_row;
+    let plane_width = reduction_plane_width(client);
+    let mut cfg = knobs.row_config(problem.channels, Activation::Silu);
+    cfg.plane_width = plane_width;
+    if lanes == 0 || knobs.rows_per_cube == 0 {
         return bad(format!(
-            "lanes_per_row {} must be a power of two",
-            knobs.lanes_per_row
+            "lanes_per_row {lanes} and rows_per_cube {} must be at least 1",
+            knobs.rows_per_cube
         ));
     }
-    if knobs.rows_per_cube == 0 || knobs.units_per_cube() > hw.max_units_per_cube {
+    // Lane counts that are not powers of two: packed into planes (plane reduction), or within
+    // one plane / whole planes of a row (shared reduction, whose wide rows add by planes).
+    if !lanes.is_power_of_two()
+        && cfg.lane_reduce == LaneReduce::Shared
+        && plane_width > 1
+        && lanes > plane_width
+        && !lanes.is_multiple_of(plane_width)
+    {
         return bad(format!(
-            "a cube of {} lanes x {} rows exceeds the device's {} units per cube",
-            knobs.lanes_per_row, knobs.rows_per_cube, hw.max_units_per_cube
+            "lanes_per_row {lanes}: a shared-memory reduction over more lanes than a plane of \
+             {plane_width} needs a power of two or a multiple of the plane"
+        ));
+    }
+    if cfg.packs_rows() && plane_width > 1 && lanes <= plane_width {
+        let per_plane = cfg.rows_per_plane();
+        if !knobs.rows_per_cube.is_multiple_of(per_plane) {
+            return bad(format!(
+                "lanes_per_row {lanes} packs {per_plane} rows into each plane of {plane_width}: \
+                 rows_per_cube {} must be a multiple of {per_plane}",
+                knobs.rows_per_cube
+            ));
+        }
+    }
+    if cfg.units_per_cube() > hw.max_units_per_cube {
+        return bad(format!(
+            "a cube of {lanes} lanes x {} rows exceeds the device's {} units per cube",
+            knobs.rows_per_cube, hw.max_units_per_cube
         ));
     }
     if knobs.lanes_per_row > 1 && knobs.lane_reduce == LaneReduce::Plane {
@@ -1223,7 +1380,6 @@ pub fn validate_knobs(
             props.identity.fingerprint
         ));
     }
-    let cfg = knobs.row_config(problem.channels, Activation::Silu);
     let shared_bytes = match cfg.lane_reduce {
         LaneReduce::Shared => knobs.units_per_cube() as usize * knobs.rows_per_unit as usize * 4,
         LaneReduce::Plane => 0,
@@ -1258,7 +1414,7 @@ pub fn validate_knobs(
                 knobs.vectors_per_lane, knobs.lanes_per_row, knobs.vector_size, problem.channels
             ));
         }
-        let staged = knobs.units_per_cube() as usize
+        let staged = cfg.units_per_cube() as usize
             * knobs.rows_per_unit as usize
             * knobs.vectors_per_lane
             * x_bytes;
@@ -1423,6 +1579,12 @@ pub fn launch_forward_to(
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);
     let vecs_per_row = channels / vector_size;
+    // Rows packed into planes: the cube's x axis is one plane, its y axis the planes.
+    let cube_dim = if cfg.packs_rows() {
+        CubeDim::new_2d(cfg.plane_width, cfg.units_per_cube() / cfg.plane_width)
+    } else {
+        CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube)
+    };
     let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
     let cubes = groups
@@ -1450,7 +1612,7 @@ pub fn launch_forward_to(
          cubes={cubes}"
     );
     // One max per unit for amax; a 1-word placeholder otherwise (never written).
-    let units = knobs.units_per_cube() as usize;
+    let units = cfg.units_per_cube() as usize;
     let partial_len = if target.amax.is_some() {
         cubes * units
     } else {
@@ -1461,7 +1623,7 @@ pub fn launch_forward_to(
         rms_norm_rows::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube),
+            cube_dim,
             address_type,
             vector_size,
             words_per_vector,

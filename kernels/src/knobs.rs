@@ -31,8 +31,11 @@ pub enum GammaIn {
 pub struct Knobs {
     /// Elements per vector load/store (bytes per load = `vector_size * elem size`).
     pub vector_size: usize,
-    /// Units that cooperate on one row (a power of two). Fewer than a plane puts several rows in
-    /// one plane, which keeps enough bytes in flight for small C.
+    /// Units that cooperate on one row. Fewer than a plane puts several rows in one plane,
+    /// which keeps enough bytes in flight for small C. A power of two, or with the plane
+    /// reduction any count up to a plane (rows then packed into planes, see
+    /// [`RowConfig::packs_rows`]; also any count with the shared reduction up to a plane or a
+    /// multiple of it).
     pub lanes_per_row: u32,
     /// Unit rows of a cube (the cube is `lanes_per_row x rows_per_cube` units).
     pub rows_per_cube: u32,
@@ -160,6 +163,32 @@ impl Knobs {
 }
 
 impl RowConfig {
+    /// Whether rows are packed side by side into planes: a plane reduction over a lane count
+    /// that is not a power of two (the butterfly needs aligned power-of-two groups; packing
+    /// keeps every row inside one plane and leaves only `plane % lanes` units of it idle, e.g.
+    /// 6 lanes for the 12 vectors of C = 96: 5 rows per plane of 32, 2 units idle, where 16
+    /// power-of-two lanes would leave 4 of every 16 idle).
+    pub fn packs_rows(&self) -> bool {
+        self.lane_reduce == LaneReduce::Plane
+            && self.lanes_per_row > 1
+            && !self.lanes_per_row.is_power_of_two()
+    }
+
+    /// Rows side by side in one plane when [`Self::packs_rows`].
+    pub fn rows_per_plane(&self) -> u32 {
+        (self.plane_width / self.lanes_per_row.max(1)).max(1)
+    }
+
+    /// Units of a cube: `lanes x rows_per_cube`, or whole planes when [`Self::packs_rows`]
+    /// (the cube is then `plane_width x rows_per_cube / rows_per_plane`).
+    pub fn units_per_cube(&self) -> u32 {
+        if self.packs_rows() {
+            self.plane_width * self.rows_per_cube / self.rows_per_plane()
+        } else {
+            self.lanes_per_row * self.rows_per_cube
+        }
+    }
+
     /// The PTX SiLU works on `t = -y log2(e)` (the row scale carries the `-log2(e)`), see
     /// `forward::output_value`.
     pub fn exponent_domain(&self) -> bool {

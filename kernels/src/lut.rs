@@ -162,7 +162,9 @@ mod tests {
         assert!(!sm100.measured);
         for t in tables() {
             for e in &t.entries {
-                assert!(e.knobs.lanes_per_row.is_power_of_two(), "{e:?}");
+                // Powers of two, or counts that pack rows into planes of 32.
+                let lanes = e.knobs.lanes_per_row;
+                assert!(lanes.is_power_of_two() || lanes < 32, "{e:?}");
                 assert!(e.channels.is_multiple_of(e.knobs.vector_size), "{e:?}");
             }
         }

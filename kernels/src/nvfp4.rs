@@ -26,7 +26,7 @@ use cubecl::server::Handle;
 
 use crate::forward::{
     ForwardError, LOG2_E, RowsProblem, has_ptx_math, horizontal_sum, input_scale, inv_rms,
-    lane_sums, output_value, reduction_plane_width, words_to_f32,
+    lane_sums, output_value, reduction_plane_width, rows_seen, unit_lane, unit_row, words_to_f32,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
@@ -275,14 +275,12 @@ impl Fp4Config {
     /// that is not a power of two (the butterfly needs aligned power-of-two groups; packing
     /// keeps every row inside one plane and leaves only `plane % lanes` units of it idle).
     pub fn packs_rows(self) -> bool {
-        self.lane_reduce == LaneReduce::Plane
-            && self.lanes_per_row > 1
-            && !self.lanes_per_row.is_power_of_two()
+        self.rows().packs_rows()
     }
 
     /// Rows side by side in one plane when [`Self::packs_rows`].
     pub fn rows_per_plane(self) -> u32 {
-        (self.plane_width / self.lanes_per_row.max(1)).max(1)
+        self.rows().rows_per_plane()
     }
 
     /// The row-kernel configuration whose lane reduction this kernel shares.
@@ -737,19 +735,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
-    let mut lane = UNIT_POS_X as usize;
-    let mut y = UNIT_POS_Y as usize;
     // Rows packed into planes (a lane count that is not a power of two): `32 / lanes` rows side
     // by side in each plane of the cube's x axis, the plane's last `32 % lanes` units idle
     // (they take part in the shuffles, and see no rows).
-    let mut rows_here = rows;
-    if comptime![cfg.packs_rows()] {
-        let rows_per_plane = comptime![cfg.rows_per_plane() as usize];
-        let x_pos = UNIT_POS_X as usize;
-        lane = x_pos % lanes;
-        y = UNIT_POS_Y as usize * rows_per_plane + x_pos / lanes;
-        rows_here = select(x_pos < rows_per_plane * lanes, rows, 0usize);
-    }
+    let lane = unit_lane(cfg.rows());
+    let y = unit_row(cfg.rows());
+    let rows_here = rows_seen(rows, cfg.rows());
     // A step of the grid stride covers `rows_per_cube * rows_per_unit` rows; unit row `y` has
     // rows `y, y + rows_per_cube, ...` of it.
     let step_rows = comptime![rows_per_cube * rpu];
@@ -869,7 +860,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             }
             sums[u] = horizontal_sum::<N>(acc);
         }
-        let rescue = row_sums(
+        let rescue = lane_sums(
             &mut sums,
             &mut shared,
             lane,
@@ -877,7 +868,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             step_first_row,
             rows_here,
             small,
-            cfg,
+            cfg.rows(),
         );
         #[unroll]
         for u in 0..rpu {
@@ -907,7 +898,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 }
                 rescued[u] = horizontal_sum::<N>(acc);
             }
-            row_sums(
+            lane_sums(
                 &mut rescued,
                 &mut shared,
                 lane,
@@ -915,7 +906,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 step_first_row,
                 rows_here,
                 small,
-                cfg,
+                cfg.rows(),
             );
         }
         // Pass 2: y block by block, quantised and stored.
@@ -1031,61 +1022,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         }
         group += CUBE_COUNT;
     }
-}
-
-/// The row sums of the unit's rows from its lanes' partial sums (in place; every lane of a row
-/// gets its row's total), and whether any row that shares the reduction needs the rescue (see
-/// [`lane_sums`]): the row kernel's lane sums, or for rows packed into planes
-/// ([`Fp4Config::packs_rows`]) a tree of shuffles down within each row's lanes (`lane + offset`
-/// inside the row: a fixed order, rows never mix), its first lane's total then broadcast.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn row_sums(
-    partials: &mut Array<f32>,
-    shared: &mut Shared<[f32]>,
-    lane: usize,
-    y: usize,
-    step_first_row: usize,
-    rows: usize,
-    small_eps: bool,
-    #[comptime] cfg: Fp4Config,
-) -> bool {
-    #[allow(unused_assignments)]
-    let mut rescue = false;
-    if comptime![cfg.packs_rows()] {
-        let lanes = comptime![cfg.lanes_per_row as usize];
-        let steps = comptime![cfg.lanes_per_row.next_power_of_two().trailing_zeros()];
-        let rpu = comptime![cfg.rows_per_unit as usize];
-        let rows_per_cube = comptime![cfg.rows_per_cube as usize];
-        let first_lane = UNIT_POS_X - lane as u32;
-        let mut mine = false;
-        #[unroll]
-        for r in 0..rpu {
-            let mut v = partials[r];
-            #[unroll]
-            for k in 0..steps {
-                let offset = 1u32 << k;
-                let other = plane_shuffle_down(v, offset);
-                if lane + (offset as usize) < lanes {
-                    v += other;
-                }
-            }
-            partials[r] = plane_shuffle(v, first_lane);
-            let row = step_first_row + y + r * rows_per_cube;
-            mine = mine || prescale(partials[r], row < rows, small_eps) != 1.0f32;
-        }
-        rescue = plane_any(mine);
-    } else {
-        rescue = lane_sums(
-            partials,
-            shared,
-            step_first_row,
-            rows,
-            small_eps,
-            cfg.rows(),
-        );
-    }
-    rescue
 }
 
 /// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into

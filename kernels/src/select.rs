@@ -196,11 +196,18 @@ pub fn table_derived_knobs(
     let vector_size =
         pick_vector_size(client, problem, elem_size, gamma_elem_size, alignment_bytes);
     let vecs = problem.channels / vector_size;
-    let units = base.units_per_cube();
-    let mut lanes = base
-        .lanes_per_row
-        .min(vecs.next_power_of_two() as u32)
-        .max(1);
+    // A packed entry's lane count (e.g. 6 lanes for the 12 vectors of C = 96) fits only its
+    // own C: other widths start from the next power of two.
+    let same_width = problem.channels == entry.channels && vector_size == base.vector_size;
+    let (units, first_lanes) = if same_width {
+        (base.units_per_cube(), base.lanes_per_row)
+    } else {
+        (
+            base.units_per_cube().next_power_of_two(),
+            base.lanes_per_row.next_power_of_two(),
+        )
+    };
+    let mut lanes = first_lanes.min(vecs.next_power_of_two() as u32).max(1);
     // Rows more than twice as wide as the entry's take more lanes rather than more vectors per
     // lane: at most two (on the H200 the tuner's best for C = 4096 at T = 1000 and 50000 is
     // 256 lanes x 2 vectors; the C = 1024 entries' 4 vectors per lane became 16 there, 2.2x
