@@ -1391,7 +1391,7 @@ fn quant(timer: &mut Timer, args: &Args) {
 /// `bf16` or `fp8`). Five rounds, each timing every knobs string and the same-bytes copy
 /// (50 runs each, medians), so drift between them hits all alike; prints each one's median
 /// over the rounds and its ratio to the copy.
-fn ab(timer: &Timer) {
+fn ab(timer: &mut Timer) {
     let spec = std::env::var("RMSNORM_AB").expect("RMSNORM_AB=\"C T out knobs knobs ...; ...\"");
     for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
         let words: Vec<&str> = case.split_whitespace().collect();
@@ -1444,7 +1444,7 @@ fn main() {
         "channels" => channels(&mut timer, &args),
         "backward" => backward(&mut timer, &args),
         "quant" => quant(&mut timer, &args),
-        "ab" => ab(&timer),
+        "ab" => ab(&mut timer),
         _ => bench(&mut timer, &device, &args),
     }
 }
