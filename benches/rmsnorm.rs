@@ -455,9 +455,40 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
             &mut best,
         );
     }
+    // Half-width vectors on the final layout where its lanes leave vector slots idle (C = 160
+    // on 8 lanes: 20 vectors of 8 in 24 slots, 40 of 4 in exactly 40): the same units per row
+    // without the idle slots, whose instructions a warp issues anyway. `refinements` tries
+    // half-width vectors before prefetch only.
+    let last = best.unwrap().0;
+    if let Some(half) = half_width_exact(b.problem, last) {
+        for f32_cache in [last.f32_cache, !last.f32_cache] {
+            consider(Knobs { f32_cache, ..half }, &mut best);
+        }
+    }
     let (k, _) = best.unwrap();
     // Re-measure the winner with the full run count.
     (k, time_knobs(timer, b, &k, 50))
+}
+
+/// `k` with vectors of half the width where that fills its lanes' vector slots exactly and
+/// `k`'s own vectors do not (same lanes, twice the vectors per lane at most 16 per row in
+/// flight); `None` otherwise.
+fn half_width_exact(problem: RowsProblem, k: Knobs) -> Option<Knobs> {
+    let v = k.vector_size / 2;
+    let lanes = k.lanes_per_row as usize;
+    if v == 0 || !problem.channels.is_multiple_of(v) || !k.caches_row(problem.channels) {
+        return None;
+    }
+    let vecs = problem.channels / v;
+    let idle_now = !(problem.channels / k.vector_size).is_multiple_of(lanes);
+    let vpl = vecs / lanes;
+    (idle_now && vecs.is_multiple_of(lanes) && vpl * k.rows_per_unit as usize <= 16).then_some(
+        Knobs {
+            vector_size: v,
+            vectors_per_lane: vpl,
+            ..k
+        },
+    )
 }
 
 fn occupancy_of(k: &Knobs, client: &Client) -> u32 {
