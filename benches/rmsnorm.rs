@@ -1440,17 +1440,29 @@ fn ab(timer: &mut Timer) {
         let [c, t, out, knobs @ ..] = words.as_slice() else {
             panic!("RMSNORM_AB case `{case}`: expected C T out knobs...");
         };
-        let mut b = Buffers::new(timer, t.parse().unwrap(), c.parse().unwrap());
-        b.fp8 = *out == "fp8";
-        let knobs: Vec<Knobs> = knobs.iter().map(|k| Knobs::parse(k).unwrap()).collect();
-        let mut times = vec![Vec::new(); knobs.len() + 1];
+        let number = |s: &str| -> usize {
+            s.parse()
+                .unwrap_or_else(|_| panic!("RMSNORM_AB case `{case}`: `{s}` is not a number"))
+        };
+        let mut b = Buffers::new(timer, number(t), number(c));
+        b.fp8 = match *out {
+            "bf16" => false,
+            "fp8" => true,
+            other => panic!("RMSNORM_AB case `{case}`: out must be bf16 or fp8, got `{other}`"),
+        };
+        let knobs: Vec<Knobs> = knobs
+            .iter()
+            .map(|k| Knobs::parse(k).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let mut times = vec![Vec::new(); knobs.len()];
+        let mut copies = Vec::new();
         for _ in 0..5 {
             for (k, slot) in knobs.iter().zip(&mut times) {
                 slot.push(time_knobs(timer, &b, k, 50));
             }
-            times[knobs.len()].push(time_copy(timer, &b, 50));
+            copies.push(time_copy(timer, &b, 50));
         }
-        let copy = median(&times[knobs.len()]);
+        let copy = median(&copies);
         for (k, slot) in knobs.iter().zip(&times) {
             let t_k = median(slot);
             println!(

@@ -242,6 +242,24 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
     }
 }
 
+/// `k` with `u` rows in flight per unit and gamma in `gamma`.
+fn with(k: Knobs, u: u32, gamma: GammaIn) -> Knobs {
+    Knobs {
+        rows_per_unit: u,
+        gamma,
+        ..k
+    }
+}
+
+/// `k` with prefetch on a persistent grid of `cubes` cubes.
+fn prefetched(k: Knobs, cubes: u32) -> Knobs {
+    Knobs {
+        prefetch: true,
+        max_cubes: Some(cubes),
+        ..k
+    }
+}
+
 #[test]
 fn every_knob_path_writes_every_element() {
     use LaneReduce::*;
@@ -273,11 +291,6 @@ fn every_knob_path_writes_every_element() {
         ),
     ];
     // Several rows in flight per unit, gamma in shared or global memory.
-    let with = |k: Knobs, u: u32, gamma: GammaIn| Knobs {
-        rows_per_unit: u,
-        gamma,
-        ..k
-    };
     cases.extend([
         (
             with(knobs(8, 1, 1, 8, Plane), 4, GammaIn::Registers),
@@ -329,11 +342,6 @@ fn every_knob_path_writes_every_element() {
     }
     // Prefetch (the next row group staged through shared memory) on persistent grids of one
     // to a few cubes, so that each cube walks several groups and the last is partial.
-    let prefetched = |k: Knobs, cubes: u32| Knobs {
-        prefetch: true,
-        max_cubes: Some(cubes),
-        ..k
-    };
     cases.extend([
         (prefetched(knobs(8, 1, 2, 4, Plane), 3), 29, 32),
         (prefetched(knobs(8, 1, 2, 3, Plane), 1), 7, 24),
@@ -437,16 +445,10 @@ fn every_knob_path_writes_every_element() {
 /// with the f32 cache and the PTX SiLU on persistent grids.
 fn packed_cases() -> Vec<(Knobs, usize, usize)> {
     use LaneReduce::Plane;
-    let with = |k: Knobs, u: u32, gamma: GammaIn| Knobs {
-        rows_per_unit: u,
-        gamma,
-        ..k
-    };
-    let prefetched = |k: Knobs, cubes: u32, f32_cache: bool| Knobs {
-        prefetch: true,
-        max_cubes: Some(cubes),
-        fast_math: f32_cache,
-        f32_cache,
+    // The f32 cache with the PTX SiLU.
+    let ptx_f32 = |k: Knobs| Knobs {
+        fast_math: true,
+        f32_cache: true,
         ..k
     };
     vec![
@@ -471,18 +473,17 @@ fn packed_cases() -> Vec<(Knobs, usize, usize)> {
             777,
             160,
         ),
+        (prefetched(knobs(8, 6, 20, 2, Plane), 132), 99_999, 96),
         (
-            prefetched(knobs(8, 6, 20, 2, Plane), 132, false),
-            99_999,
-            96,
-        ),
-        (
-            prefetched(with(knobs(8, 3, 10, 4, Plane), 2, GammaIn::Shared), 7, true),
+            ptx_f32(prefetched(
+                with(knobs(8, 3, 10, 4, Plane), 2, GammaIn::Shared),
+                7,
+            )),
             3_333,
             96,
         ),
         (
-            prefetched(knobs(8, 10, 12, 2, Plane), 264, true),
+            ptx_f32(prefetched(knobs(8, 10, 12, 2, Plane), 264)),
             4_001,
             160,
         ),

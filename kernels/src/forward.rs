@@ -154,14 +154,24 @@ pub(crate) fn lane_sums(
                     rescue = plane_then_shared_sums(
                         partials,
                         shared,
+                        lane,
+                        y,
                         step_first_row,
                         rows,
                         small_eps,
                         cfg,
                     );
                 } else {
-                    rescue =
-                        shared_tree_sums(partials, shared, step_first_row, rows, small_eps, cfg);
+                    rescue = shared_tree_sums(
+                        partials,
+                        shared,
+                        lane,
+                        y,
+                        step_first_row,
+                        rows,
+                        small_eps,
+                        cfg,
+                    );
                 }
             }
         }
@@ -252,10 +262,13 @@ pub(crate) fn rows_seen(rows: usize, #[comptime] cfg: RowConfig) -> usize {
 
 /// [`lane_sums`] through a shared-memory tree over the lanes of each row (`log2(lanes) + 2`
 /// cube barriers); every unit reads every row total of the cube, so all agree on the rescue.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 fn shared_tree_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
+    lane: usize,
+    y: usize,
     step_first_row: usize,
     rows: usize,
     small_eps: bool,
@@ -268,10 +281,8 @@ fn shared_tree_sums(
     let steps = comptime![span.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
-    let y = UNIT_POS_Y as usize;
     let mut rescue = false;
     let lanes_usize = comptime![lanes as usize];
-    let lane = UNIT_POS_X as usize;
     #[unroll]
     for r in 0..rows_per_unit {
         shared[(r * rows_per_cube + y) * lanes_usize + lane] = partials[r];
@@ -315,11 +326,14 @@ fn shared_tree_sums(
 /// the same bits), its first lane writes the plane's sum to shared memory, and after one barrier
 /// every unit adds the planes of every row of the cube in plane order (a fixed order: all lanes
 /// of a row get the same total, and all units agree on the rescue). Two cube barriers.
+#[allow(clippy::too_many_arguments)]
 #[cube]
 #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
 fn plane_then_shared_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
+    lane: usize,
+    y: usize,
     step_first_row: usize,
     rows: usize,
     small_eps: bool,
@@ -330,8 +344,6 @@ fn plane_then_shared_sums(
     let planes = comptime![(cfg.lanes_per_row / cfg.plane_width) as usize];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
-    let y = UNIT_POS_Y as usize;
-    let lane = UNIT_POS_X as usize;
     let width_usize = comptime![width as usize];
     #[unroll]
     for k in 0..steps {
@@ -1274,6 +1286,80 @@ fn store_streamed_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
     amax
 }
 
+/// Why the lane layout of `cfg` (lanes per row, rows per cube, lane reduction; `plane_width`
+/// set) cannot run on `client`'s device, if it cannot: the checks the row and NVFP4 kernels
+/// share. A plane reduction needs plane operations and at most a plane of lanes; lane counts
+/// that are not powers of two pack rows into planes there (rows per cube a multiple of the rows
+/// per plane), and with the shared reduction need a multiple of the plane above a plane.
+pub(crate) fn lane_layout_error(client: &Client, cfg: &RowConfig) -> Option<String> {
+    let hw = &client.properties().hardware;
+    let lanes = cfg.lanes_per_row;
+    let plane_width = cfg.plane_width;
+    if lanes == 0 || cfg.rows_per_cube == 0 {
+        return Some(format!(
+            "lanes_per_row {lanes} and rows_per_cube {} must be at least 1",
+            cfg.rows_per_cube
+        ));
+    }
+    if lanes > 1 && cfg.lane_reduce == LaneReduce::Plane {
+        let has_plane_ops = client
+            .features()
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops);
+        if !has_plane_ops || lanes > hw.plane_size_min {
+            return Some(format!(
+                "plane reduction over {lanes} lanes needs plane ops and a plane of at least that \
+                 many units (this device: plane ops {has_plane_ops}, plane size {})",
+                hw.plane_size_min
+            ));
+        }
+    }
+    // (Powers of two above a plane are multiples of it.)
+    if cfg.lane_reduce == LaneReduce::Shared
+        && plane_width > 1
+        && lanes > plane_width
+        && !lanes.is_multiple_of(plane_width)
+    {
+        return Some(format!(
+            "lanes_per_row {lanes}: a shared-memory reduction over more lanes than a plane of \
+             {plane_width} needs a power of two or a multiple of the plane"
+        ));
+    }
+    // (Packing lays rows along planes of `plane_width` units; a device whose planes are not
+    // used for reductions, `plane_width` 1, cannot pack.)
+    if cfg.packs_rows() && plane_width < lanes {
+        return Some(format!(
+            "lanes_per_row {lanes} (not a power of two) packs rows into planes and needs planes \
+             of at least {lanes} units used for reductions (this device: {plane_width})"
+        ));
+    }
+    if cfg.packs_rows() && !cfg.rows_per_cube.is_multiple_of(cfg.rows_per_plane()) {
+        let per_plane = cfg.rows_per_plane();
+        return Some(format!(
+            "lanes_per_row {lanes} packs {per_plane} rows into each plane of {plane_width}: \
+             rows_per_cube {} must be a multiple of {per_plane}",
+            cfg.rows_per_cube
+        ));
+    }
+    if cfg.units_per_cube() > hw.max_units_per_cube {
+        return Some(format!(
+            "a cube of {lanes} lanes x {} rows exceeds the device's {} units per cube",
+            cfg.rows_per_cube, hw.max_units_per_cube
+        ));
+    }
+    None
+}
+
+/// The cube of `cfg`: `lanes x rows_per_cube` units, or with rows packed into planes
+/// ([`RowConfig::packs_rows`]) one plane along x and the planes along y.
+pub(crate) fn cube_dim(cfg: &RowConfig) -> CubeDim {
+    if cfg.packs_rows() {
+        CubeDim::new_2d(cfg.plane_width, cfg.units_per_cube() / cfg.plane_width)
+    } else {
+        CubeDim::new_2d(cfg.lanes_per_row, cfg.rows_per_cube)
+    }
+}
+
 /// Checks that `knobs` can run `problem` on `client`'s device with buffers at these offsets.
 pub fn validate_knobs(
     client: &Client,
@@ -1316,57 +1402,10 @@ pub fn validate_knobs(
             knobs.vector_size, hw.max_vector_size
         ));
     }
-    let lanes = knobs.lanes_per_row;
-    let plane_width = reduction_plane_width(client);
     let mut cfg = knobs.row_config(problem.channels, Activation::Silu);
-    cfg.plane_width = plane_width;
-    if lanes == 0 || knobs.rows_per_cube == 0 {
-        return bad(format!(
-            "lanes_per_row {lanes} and rows_per_cube {} must be at least 1",
-            knobs.rows_per_cube
-        ));
-    }
-    // Lane counts that are not powers of two: packed into planes (plane reduction), or within
-    // one plane / whole planes of a row (shared reduction, whose wide rows add by planes).
-    if !lanes.is_power_of_two()
-        && cfg.lane_reduce == LaneReduce::Shared
-        && plane_width > 1
-        && lanes > plane_width
-        && !lanes.is_multiple_of(plane_width)
-    {
-        return bad(format!(
-            "lanes_per_row {lanes}: a shared-memory reduction over more lanes than a plane of \
-             {plane_width} needs a power of two or a multiple of the plane"
-        ));
-    }
-    if cfg.packs_rows() && plane_width > 1 && lanes <= plane_width {
-        let per_plane = cfg.rows_per_plane();
-        if !knobs.rows_per_cube.is_multiple_of(per_plane) {
-            return bad(format!(
-                "lanes_per_row {lanes} packs {per_plane} rows into each plane of {plane_width}: \
-                 rows_per_cube {} must be a multiple of {per_plane}",
-                knobs.rows_per_cube
-            ));
-        }
-    }
-    if cfg.units_per_cube() > hw.max_units_per_cube {
-        return bad(format!(
-            "a cube of {lanes} lanes x {} rows exceeds the device's {} units per cube",
-            knobs.rows_per_cube, hw.max_units_per_cube
-        ));
-    }
-    if knobs.lanes_per_row > 1 && knobs.lane_reduce == LaneReduce::Plane {
-        let has_plane_ops = client
-            .features()
-            .plane
-            .contains(cubecl::ir::features::Plane::Ops);
-        if !has_plane_ops || knobs.lanes_per_row > hw.plane_size_min {
-            return bad(format!(
-                "plane reduction over {} lanes needs plane ops and a plane of at least that many \
-                 units (this device: plane ops {has_plane_ops}, plane size {})",
-                knobs.lanes_per_row, hw.plane_size_min
-            ));
-        }
+    cfg.plane_width = reduction_plane_width(client);
+    if let Some(why) = lane_layout_error(client, &cfg) {
+        return bad(why);
     }
     if knobs.rows_per_unit == 0 || knobs.rows_per_unit > 8 {
         return bad(format!(
@@ -1579,12 +1618,6 @@ pub fn launch_forward_to(
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);
     let vecs_per_row = channels / vector_size;
-    // Rows packed into planes: the cube's x axis is one plane, its y axis the planes.
-    let cube_dim = if cfg.packs_rows() {
-        CubeDim::new_2d(cfg.plane_width, cfg.units_per_cube() / cfg.plane_width)
-    } else {
-        CubeDim::new_2d(knobs.lanes_per_row, knobs.rows_per_cube)
-    };
     let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
     let cubes = groups
@@ -1623,7 +1656,7 @@ pub fn launch_forward_to(
         rms_norm_rows::launch_unchecked(
             client,
             CubeCount::new_1d(cubes as u32),
-            cube_dim,
+            cube_dim(&cfg),
             address_type,
             vector_size,
             words_per_vector,

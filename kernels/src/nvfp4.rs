@@ -25,8 +25,9 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::forward::{
-    ForwardError, LOG2_E, RowsProblem, has_ptx_math, horizontal_sum, input_scale, inv_rms,
-    lane_sums, output_value, reduction_plane_width, rows_seen, unit_lane, unit_row, words_to_f32,
+    ForwardError, LOG2_E, RowsProblem, cube_dim, has_ptx_math, horizontal_sum, input_scale,
+    inv_rms, lane_layout_error, lane_sums, output_value, reduction_plane_width, rows_seen,
+    unit_lane, unit_row, words_to_f32,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
@@ -1247,38 +1248,11 @@ pub fn launch_forward_nvfp4(
     if knobs.rows_per_unit == 0 {
         return bad("rows_per_unit must be at least 1".into());
     }
-    if lanes == 0 || knobs.rows_per_cube == 0 || lanes * knobs.rows_per_cube > hw.max_units_per_cube
-    {
-        return bad(format!(
-            "a cube of {lanes} lanes x {} rows does not fit the device's {} units per cube",
-            knobs.rows_per_cube, hw.max_units_per_cube
-        ));
-    }
-    let plane_ops = client
-        .features()
-        .plane
-        .contains(cubecl::ir::features::Plane::Ops);
     let lane_reduce = if lanes == 1 {
         LaneReduce::Plane
     } else {
         knobs.lane_reduce
     };
-    if lane_reduce == LaneReduce::Plane && lanes > 1 && (!plane_ops || lanes > hw.plane_size_min) {
-        return bad(format!(
-            "plane reduction over {lanes} lanes needs plane ops and a plane that wide"
-        ));
-    }
-    let plane_width = reduction_plane_width(client);
-    if lane_reduce == LaneReduce::Shared
-        && plane_width > 1
-        && lanes > plane_width
-        && !lanes.is_multiple_of(plane_width)
-    {
-        return bad(format!(
-            "a shared-memory reduction over {lanes} lanes (more than a plane of {plane_width}) \
-             needs a multiple of the plane"
-        ));
-    }
     if knobs.fast_math && !has_ptx_math(client) {
         return bad("fast_math needs a CUDA device".into());
     }
@@ -1308,22 +1282,13 @@ pub fn launch_forward_nvfp4(
         gamma_registers: knobs.holds_gamma_in_registers(channels),
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,
-        plane_width,
+        plane_width: reduction_plane_width(client),
     };
-    // Rows packed into planes: the cube's x axis is one plane, its y axis the planes.
-    let cube_dim = if cfg.packs_rows() {
-        let per_plane = cfg.rows_per_plane();
-        if !knobs.rows_per_cube.is_multiple_of(per_plane) {
-            return bad(format!(
-                "{lanes} lanes per row pack {per_plane} rows into each plane of {plane_width}: \
-                 rows_per_cube {} must be a multiple of {per_plane}",
-                knobs.rows_per_cube
-            ));
-        }
-        CubeDim::new_2d(plane_width, knobs.rows_per_cube / per_plane)
-    } else {
-        CubeDim::new_2d(lanes, knobs.rows_per_cube)
-    };
+    // The lane layout's checks and cube shape are the row kernel's.
+    if let Some(why) = lane_layout_error(client, &cfg.rows()) {
+        return bad(why);
+    }
+    let cube_dim = cube_dim(&cfg.rows());
     let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
