@@ -85,6 +85,50 @@ fn fp8_packed_lane_counts() {
     }
 }
 
+/// Every distinct layout of the FP8 table entries writes the host quantiser's codes (and its
+/// amax where it holds vectors of 4, whose 4-byte stores only the FP8 entries use): the
+/// bf16 table test runs these layouts with bf16 out only. Entries whose knobs this device
+/// cannot run (plane reductions on the CPU runtime) are skipped, as in the bf16 table test.
+#[test]
+fn fp8_table_entries_match_the_host_quantiser() {
+    use rmsnorm_silu_kernels::forward::validate_knobs;
+    use rmsnorm_silu_kernels::lut::tables;
+    let device = cube_device();
+    let client = device.client();
+    let sms = client.properties().hardware.num_streaming_multiprocessors;
+    let mut rng = rng("fp8 table");
+    let mut seen = Vec::new();
+    let mut ran = 0;
+    for e in tables()
+        .iter()
+        .flat_map(|t| t.entries.iter())
+        .filter(|e| e.out == "fp8")
+    {
+        let k = e.knobs_for(sms);
+        let key = (
+            e.channels,
+            Knobs {
+                max_cubes: None,
+                ..k
+            },
+        );
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let problem = RowsProblem::dense(777, e.channels);
+        if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {
+            continue;
+        }
+        ran += 1;
+        check_fp8_codes(&mut rng, 777, e.channels, 2.0, Some(k));
+        if k.vector_size == 4 {
+            check_fp8_amax(&mut rng, 777, e.channels, 2.0, false, Some(k));
+        }
+    }
+    eprintln!("ran {ran} FP8 table layouts");
+}
+
 /// The kernel's codes against the host quantiser on fresh cuDNN-style inputs.
 fn check_fp8_codes(
     rng: &mut rand::rngs::StdRng,
