@@ -1110,10 +1110,42 @@ fn backward(timer: &mut Timer, args: &Args) {
                     )
                 }))
             });
+            // What any backward of two dependent kernels costs at least here: the copy of the
+            // same bytes followed by a second launch, the smallest kernel (a 16-byte copy) or
+            // this crate's dgamma kernel on the default grid's partial rows.
+            let cubes = (sms(&client) * default.cubes_per_sm.filter(|&n| n > 0).unwrap_or(4))
+                as usize;
+            let parts = client.empty(cubes * c * 4);
+            let (tiny_src, tiny_dst) = (client.empty(16), client.empty(16));
+            let copy_then_tiny = median(&timer.time(2, 50, || {
+                timer.copy(&src, &dst, n * 3);
+                timer.copy(&tiny_src, &tiny_dst, 16);
+            }));
+            let copy_then_dgamma = median(&timer.time(2, 50, || {
+                timer.copy(&src, &dst, n * 3);
+                burn_rmsnorm_silu::kernels::backward::launch_reduce_dgamma(
+                    &client,
+                    parts.clone(),
+                    dgamma.clone(),
+                    BF16,
+                    cubes,
+                    c / 8,
+                    8,
+                )
+            }));
+            println!(
+                "backward C={c:5} T={t:7}: two-launch floors: copy {copy:.2} us, copy + 16-byte \
+                 copy {copy_then_tiny:.2} us (x{:.3}), copy + dgamma kernel ({cubes} parts) \
+                 {copy_then_dgamma:.2} us (x{:.3})",
+                copy_then_tiny / copy,
+                copy_then_dgamma / copy
+            );
             let ieee = time(BackwardKnobs {
                 fast_math: false,
                 ..default
             });
+            // RMSNORM_BACKWARD_SWEEP=0: the default knobs and the floors only.
+            let sweep_on = std::env::var("RMSNORM_BACKWARD_SWEEP").map_or(true, |v| v != "0");
             let sweep = [1usize, 2, 4, 8]
                 .into_iter()
                 .flat_map(|cap| {
@@ -1144,7 +1176,11 @@ fn backward(timer: &mut Timer, args: &Args) {
                     &[(2, 128), (2, 256), (4, 128), (4, 256)],
                     4,
                 ));
-            let times = ranked(timer, sweep, 20, launch);
+            let times = if sweep_on {
+                ranked(timer, sweep, 20, launch)
+            } else {
+                Vec::new()
+            };
             let top: Vec<String> = times
                 .iter()
                 .take(5)
