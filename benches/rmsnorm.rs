@@ -1093,36 +1093,12 @@ fn backward(timer: &mut Timer, args: &Args) {
                 median(&timer.time(2, 50, || launch(knobs).expect("backward launch")))
             };
             let kernel = time(default);
-            // The second kernel alone (dgamma from the cubes' partial rows), on as many rows as
-            // the default's grid leaves (where the default fixes the cubes per SM).
-            let reduce = default.cubes_per_sm.filter(|&n| n > 0).map(|per_sm| {
-                let cubes = (sms(&client) * per_sm) as usize;
-                let parts = client.empty(cubes * c * 4);
-                median(&timer.time(2, 50, || {
-                    burn_rmsnorm_silu::kernels::backward::launch_reduce_dgamma(
-                        &client,
-                        parts.clone(),
-                        dgamma.clone(),
-                        BF16,
-                        cubes,
-                        c / 8,
-                        8,
-                    )
-                }))
-            });
-            // What any backward of two dependent kernels costs at least here: the copy of the
-            // same bytes followed by a second launch, the smallest kernel (a 16-byte copy) or
-            // this crate's dgamma kernel on the default grid's partial rows.
-            let cubes = (sms(&client) * default.cubes_per_sm.filter(|&n| n > 0).unwrap_or(4))
-                as usize;
+            // The dgamma kernel (the backward's second) on the partial rows of the default's
+            // grid (4 cubes per SM where the default leaves the grid to the shape).
+            let cubes =
+                (sms(&client) * default.cubes_per_sm.filter(|&n| n > 0).unwrap_or(4)) as usize;
             let parts = client.empty(cubes * c * 4);
-            let (tiny_src, tiny_dst) = (client.empty(16), client.empty(16));
-            let copy_then_tiny = median(&timer.time(2, 50, || {
-                timer.copy(&src, &dst, n * 3);
-                timer.copy(&tiny_src, &tiny_dst, 16);
-            }));
-            let copy_then_dgamma = median(&timer.time(2, 50, || {
-                timer.copy(&src, &dst, n * 3);
+            let reduce_dgamma = || {
                 burn_rmsnorm_silu::kernels::backward::launch_reduce_dgamma(
                     &client,
                     parts.clone(),
@@ -1132,6 +1108,23 @@ fn backward(timer: &mut Timer, args: &Args) {
                     c / 8,
                     8,
                 )
+            };
+            // The second kernel alone, where the default fixes the cubes per SM.
+            let reduce = default
+                .cubes_per_sm
+                .filter(|&n| n > 0)
+                .map(|_| median(&timer.time(2, 50, reduce_dgamma)));
+            // What any backward of two dependent kernels costs at least here: the copy of the
+            // same bytes followed by a second launch, the smallest kernel (a 16-byte copy) or
+            // the dgamma kernel.
+            let (tiny_src, tiny_dst) = (client.empty(16), client.empty(16));
+            let copy_then_tiny = median(&timer.time(2, 50, || {
+                timer.copy(&src, &dst, n * 3);
+                timer.copy(&tiny_src, &tiny_dst, 16);
+            }));
+            let copy_then_dgamma = median(&timer.time(2, 50, || {
+                timer.copy(&src, &dst, n * 3);
+                reduce_dgamma();
             }));
             println!(
                 "backward C={c:5} T={t:7}: two-launch floors: copy {copy:.2} us, copy + 16-byte \
