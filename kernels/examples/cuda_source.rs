@@ -315,6 +315,7 @@ fn channels(args: &[String]) {
             (),
             (),
             (),
+            (),
             cfg.max_vector,
             if cfg.prefetch { cfg.max_vector / 2 } else { 1 },
             cfg,

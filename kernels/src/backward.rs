@@ -147,8 +147,9 @@ pub(crate) fn activation_grad<N: Size>(
     du
 }
 
-/// The backward row kernel: writes `dx` and one scratch row of `dgamma` partial sums per cube
-/// (`partial[CUBE_POS * vecs_per_row + j]`).
+/// The backward row kernel: writes `dx` and one scratch column of `dgamma` partial sums per
+/// cube, stored column-major (`partial[j * CUBE_COUNT + CUBE_POS]`, see
+/// [`rms_norm_reduce_dgamma`]).
 #[allow(clippy::too_many_arguments)]
 // `if comptime![..] { if runtime { .. } }` stays nested (expansion time, then run time).
 #[allow(clippy::collapsible_if)]
@@ -302,14 +303,15 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     }
 
     // The cube's unit rows add their dgamma partials in shared memory (a fixed tree over the
-    // rows, `rows_per_cube` a power of two), so the scratch buffer holds one row per cube.
+    // rows, `rows_per_cube` a power of two), so the scratch buffer holds one partial per cube
+    // and column.
     let mut red = Shared::<[Vector<f32, N>]>::new_slice(comptime![lanes * rows_per_cube]);
     #[unroll]
     for i in 0..vpl {
         let j = lane + i * lanes;
         let total = tree_sum::<N>(dg[i], &mut red, y * lanes + lane, y, lanes, rows_per_cube);
         if y == 0 && j < vecs_per_row {
-            partial[CUBE_POS * vecs_per_row + j] = total;
+            partial[j * CUBE_COUNT + CUBE_POS] = total;
         }
     }
 }
@@ -340,9 +342,12 @@ fn load_row_words<W: Size>(
     }
 }
 
-/// `dgamma[j] = sum_p partial[p * vecs + j]`: one cube per vector column `j`; unit `t` adds
+/// `dgamma[j] = sum_p partial[j * parts + p]`: one cube per vector column `j`; unit `t` adds
 /// parts `t, t + units, ...` (four running sums, taking the parts in turn; the launch gives a
-/// GPU enough units that there are at most about four each), then the units' sums
+/// GPU enough units that there are at most about four each). The partials are column-major so
+/// that a plane's loads are consecutive vectors (four 32-byte sectors per plane of vectors of
+/// 4 f32, where a row-major layout put every unit's vector in its own sector: on the H200 the
+/// kernel's SMs then spent half their stalls on those loads, 2026-12-02). Then the units' sums
 /// meet in a fixed order: on a GPU (`plane` > 1) a shuffle butterfly per plane and one barrier,
 /// after which the first unit adds the planes' sums in order (a shared-memory tree took
 /// `log2(units)` barriers, a visible part of this kernel's few microseconds); without plane
@@ -353,7 +358,6 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     partial: &[Vector<f32, N>],
     dgamma: &mut [Vector<G, N>],
     parts: usize,
-    vecs: usize,
     #[comptime] units: u32,
     #[comptime] plane: u32,
     #[define(G)] _gamma_type: ElemType,
@@ -365,6 +369,7 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     }];
     let mut shared = Shared::<[Vector<f32, N>]>::new_slice(planes);
     let j = CUBE_POS;
+    let column = j * parts;
     let t = UNIT_POS as usize;
     // Four independent sums (their loads in flight together), added in a fixed order.
     let step = comptime![units as usize];
@@ -377,7 +382,7 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     while p + 3 * step < parts {
         #[unroll]
         for k in 0..4 {
-            acc[k] += partial[(p + k * step) * vecs + j];
+            acc[k] += partial[column + p + k * step];
         }
         p += 4 * step;
     }
@@ -388,7 +393,7 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
     for k in 0..3 {
         let q = p + k * step;
         if q < parts {
-            acc[k] += partial[q * vecs + j];
+            acc[k] += partial[column + q];
         }
     }
     let mine = (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -791,8 +796,9 @@ pub fn launch_backward_with(
     Ok(())
 }
 
-/// `dgamma = sum_p partial[p]` over `parts` rows of `vecs` vectors of `vector_size` f32 (one
-/// cube per column vector, a fixed order), cast to `gamma_type`. (Public for the bench, which
+/// `dgamma = sum_p partial[p]` over `parts` partials of `vecs` vectors of `vector_size` f32,
+/// stored column-major (vector column `j`'s partials at `j * parts ..`; one cube per column
+/// vector, a fixed order), cast to `gamma_type`. (Public for the bench, which
 /// times it alone.)
 pub fn launch_reduce_dgamma(
     client: &Client,
@@ -824,7 +830,6 @@ pub fn launch_reduce_dgamma(
             BufferArg::from_raw_parts(partial, parts * vecs),
             BufferArg::from_raw_parts(dgamma, vecs),
             parts,
-            vecs,
             threads,
             plane,
             gamma_type,

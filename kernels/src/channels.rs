@@ -702,7 +702,10 @@ fn dg_round_channels(cfg: ChannelsConfig) -> usize {
 /// The channels-first backward (dense `[B, C, S]` x, dy, dx): the forward's tiling with the
 /// unit's channels of x and dy in registers, two channel-group sums per tile (sum of squares,
 /// then `sum_c du gamma xhat`), `dx = r (du gamma - xhat mean_C(du gamma xhat))` (`r du gamma`
-/// where the floor clamps), and per-cube `dgamma` partials (`partial[CUBE_POS * C + c]`): each
+/// where the floor clamps), and per-cube `dgamma` partials, column-major in vectors of
+/// `dgamma_vector` channels as [`crate::backward::rms_norm_reduce_dgamma`] reads them
+/// (channel `c` at `((c / dgamma_vector) * CUBE_COUNT + CUBE_POS) * dgamma_vector + c %
+/// dgamma_vector`): each
 /// unit adds its positions' `du xhat` in registers, the position units of a cube meet in a
 /// shared-memory tree. No rescue of out-of-range sums of squares (as the row backward).
 #[allow(clippy::too_many_arguments, clippy::collapsible_if)] // comptime branches hold runtime ones
@@ -721,6 +724,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     channels: usize,
     batch_stride: usize,
     channel_stride: usize,
+    dgamma_vector: usize,
     inv_channels: f32,
     eps: f32,
     floor: f32,
@@ -885,7 +889,9 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
                 for q in 0..px {
                     total += dg_shared[local * px + q];
                 }
-                partial[CUBE_POS * channels + c] = total;
+                let column = c / dgamma_vector;
+                partial[(column * CUBE_COUNT + CUBE_POS) * dgamma_vector + c
+                    - column * dgamma_vector] = total;
             }
             local += units;
         }
@@ -1060,6 +1066,10 @@ pub fn launch_channels_backward(
         (1, 1)
     };
     let partial = client.empty(cubes * channels * 4);
+    // dgamma's columns in vectors of f32 partials (at most 16 bytes: 4) where C and dgamma's
+    // offset allow (fewer, wider cubes in the reduction); the partials are laid out for them.
+    let dgamma_offset = [(dgamma.offset_start.unwrap_or(0), gamma_type.size())];
+    let dgamma_vector = widest_vector(client, 4, &[channels], &dgamma_offset);
     log::debug!(
         "rms_norm_channels_backward: B={batches} C={channels} S={positions} vector \
          {vector_size} {cfg:?} cubes {cubes}"
@@ -1085,6 +1095,7 @@ pub fn launch_channels_backward(
             channels,
             channels * position_vectors,
             position_vectors,
+            dgamma_vector,
             (1.0f64 / channels as f64) as f32,
             norm.eps,
             norm.floor,
@@ -1092,10 +1103,6 @@ pub fn launch_channels_backward(
             [x_type, gamma_type],
         );
     }
-    // dgamma's columns in vectors of f32 partials (at most 16 bytes: 4) where C and dgamma's
-    // offset allow (fewer, wider cubes).
-    let dgamma_offset = [(dgamma.offset_start.unwrap_or(0), gamma_type.size())];
-    let dgamma_vector = widest_vector(client, 4, &[channels], &dgamma_offset);
     crate::backward::launch_reduce_dgamma(
         client,
         partial,
