@@ -570,3 +570,80 @@ fn dgamma_over_many_cubes_matches_f64() {
     .expect("backward launch");
     assert_close_to_scale(&dgamma, &want, 1e-5, &format!("{knobs}"));
 }
+
+/// The in-kernel dgamma sum (`.fd`: two levels of arrival counters, no second kernel) against
+/// the f64 sum, from a poisoned output, three times in a row (each launch must leave its
+/// counters at zero for the next), with dx bitwise that of the two-kernel backward. Shapes:
+/// groups that do not divide the cubes, vectors of 4, odd C, one row. More than 1024 cubes,
+/// or a runtime without cross-cube storage ordering (the CPU runtime), is refused by name.
+#[test]
+fn in_kernel_dgamma_sum_matches_f64() {
+    let mut rng = rng("in-kernel dgamma");
+    let client = cube_device().client();
+    let eps = 1e-5;
+    let fused = |channels, rows| BackwardKnobs {
+        fused_dgamma: true,
+        ..BackwardKnobs::for_shape(&client, channels, rows)
+    };
+    let (x, gamma, w) = f32_inputs(&mut rng, 64, 96);
+    let run = |x: &[f64], gamma: &[f64], w: &[f64], rows, channels, knobs| {
+        fused_gradients_with(
+            x,
+            gamma,
+            w,
+            rows,
+            channels,
+            DType::F32,
+            NormParams::rms(eps as f32),
+            Activation::Silu,
+            knobs,
+        )
+    };
+    if !client.properties().features.device_memory_scope {
+        let err = run(&x, &gamma, &w, 64, 96, fused(96, 64)).expect_err("CPU runtime");
+        assert!(err.contains("device memory scope"), "{err}");
+        return;
+    }
+    for (rows, channels, cubes_per_sm, max_vector) in [
+        (6_240usize, 384usize, Some(4u32), 4usize),
+        (24_960, 96, Some(3), 0),
+        (5_000, 192, Some(5), 4),
+        (3_001, 33, Some(1), 0),
+        (1, 96, None, 0),
+    ] {
+        let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
+        let want = dgamma_f64(&x, &gamma, &w, channels, eps);
+        let knobs = BackwardKnobs {
+            cubes_per_sm,
+            max_vector,
+            ..fused(channels, rows)
+        };
+        let two_kernels = BackwardKnobs {
+            fused_dgamma: false,
+            ..knobs
+        };
+        let (dx_want, _) = run(&x, &gamma, &w, rows, channels, two_kernels)
+            .unwrap_or_else(|e| panic!("{two_kernels}: {e}"));
+        for call in 0..3 {
+            let label = format!("{knobs} T={rows} C={channels} call {call}");
+            let (dx, dgamma) = run(&x, &gamma, &w, rows, channels, knobs)
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert_close_to_scale(&dgamma, &want, 1e-5, &label);
+            assert!(
+                dx.iter()
+                    .zip(&dx_want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{label}: dx differs from the two-kernel backward's"
+            );
+        }
+    }
+    // One cube per row group: 1250 cubes, more than two levels of 32 take.
+    let (rows, channels) = (20_000usize, 96usize);
+    let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
+    let knobs = BackwardKnobs {
+        cubes_per_sm: Some(0),
+        ..fused(channels, rows)
+    };
+    let err = run(&x, &gamma, &w, rows, channels, knobs).expect_err("too many cubes");
+    assert!(err.contains("at most 1024 cubes"), "{err}");
+}
