@@ -1137,13 +1137,6 @@ fn backward(timer: &mut Timer, args: &Args) {
                 fast_math: false,
                 ..default
             });
-            // The default with the dgamma partials summed in the kernel itself (`.fd`), where
-            // the launch takes it.
-            let in_kernel = BackwardKnobs {
-                fused_dgamma: true,
-                ..default
-            };
-            let in_kernel_us = launch(in_kernel).is_ok().then(|| time(in_kernel));
             // RMSNORM_BACKWARD_SWEEP=0: the default knobs and the floors only.
             let sweep_on = std::env::var("RMSNORM_BACKWARD_SWEEP").map_or(true, |v| v != "0");
             let sweep = [1usize, 2, 4, 8]
@@ -1175,17 +1168,7 @@ fn backward(timer: &mut Timer, args: &Args) {
                     &[2, 3, 4, 5, 6],
                     &[(2, 128), (2, 256), (4, 128), (4, 256)],
                     4,
-                ))
-                // Each of them also with the in-kernel dgamma sum.
-                .flat_map(|k| {
-                    [
-                        k,
-                        BackwardKnobs {
-                            fused_dgamma: true,
-                            ..k
-                        },
-                    ]
-                });
+                ));
             let times = if sweep_on {
                 ranked(timer, sweep, 20, launch)
             } else {
@@ -1200,14 +1183,6 @@ fn backward(timer: &mut Timer, args: &Args) {
                 "backward C={c:5} T={t:7}: sweep's fastest: {}",
                 top.join(", ")
             );
-            if let Some(us) = in_kernel_us {
-                println!(
-                    "backward C={c:5} T={t:7}: in-kernel dgamma sum {in_kernel} {us:.2} us, x{:.3} \
-                     (default {kernel:.2} us, x{:.3})",
-                    us / copy,
-                    kernel / copy
-                );
-            }
             if let Some(us) = reduce {
                 println!(
                     "backward C={c:5} T={t:7}: the dgamma kernel alone {us:.2} us (copy {copy:.2})"

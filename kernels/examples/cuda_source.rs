@@ -6,7 +6,7 @@
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf] [backward]`
 //! (channels-first: position units, channel groups, channels cached per unit, positions per
 //! vector, backward prefetch; PTX SiLU)
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf][.fd23.2]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf]`
 //! (the row backward, bf16, vectors of 8: lanes per row, rows per cube, vectors per lane,
 //! prefetch; PTX SiLU')
 
@@ -224,10 +224,9 @@ fn label_flag(label: &str, name: &str) -> bool {
     label.split('.').any(|part| part == name)
 }
 
-/// The row backward (bf16, vectors of 8 or `vN`) for a launch shape `lX.rY.kZ[.pf][.vN]`;
-/// `.fdG.S` the in-kernel dgamma sum over groups of `G` of 528 cubes with `S` slices.
+/// The row backward (bf16, vectors of 8 or `vN`) for a launch shape `lX.rY.kZ[.pf][.vN]`.
 fn backward(args: &[String]) {
-    use rmsnorm_silu_kernels::backward::{BackwardConfig, FusedDgamma, rms_norm_backward_rows};
+    use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
     let label = args.first().map_or("l16.r16.k1.pf", |s| s);
     let field = |prefix| label_field(label, prefix);
     let flag = |name| label_flag(label, name);
@@ -250,15 +249,6 @@ fn backward(args: &[String]) {
         fast_math: true,
         prefetch: flag("pf"),
         plane_width: 32,
-        fused_dgamma: label.split(".fd").nth(1).map(|rest| {
-            let mut numbers = rest.split('.').map(|n| n.parse::<u32>().unwrap_or(1));
-            let group = numbers.next().unwrap_or(23);
-            FusedDgamma {
-                group,
-                groups: 528u32.div_ceil(group),
-                slices: numbers.next().unwrap_or(1),
-            }
-        }),
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };
@@ -266,9 +256,6 @@ fn backward(args: &[String]) {
         cube_settings(lanes, rows),
         properties(),
         Arc::new(TargetProperties::default()),
-        buffer(),
-        buffer(),
-        buffer(),
         buffer(),
         buffer(),
         buffer(),

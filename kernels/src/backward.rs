@@ -42,19 +42,6 @@ pub struct BackwardConfig {
     /// Units per plane for the row sums of rows wider than a plane (the device's plane width
     /// on a GPU, 1 where there are no plane operations: the shared-memory tree then).
     pub plane_width: u32,
-    /// The dgamma partials summed inside this kernel in two levels (see
-    /// [`sum_partials_in_two_levels`]); `None`: by the second kernel.
-    pub fused_dgamma: Option<FusedDgamma>,
-}
-
-/// The comptime shape of the in-kernel dgamma sum ([`BackwardKnobs::fused_dgamma`]): the cubes
-/// form `groups` groups of `group` consecutive cubes (the last may be shorter); `slices` units
-/// share each column vector.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct FusedDgamma {
-    pub group: u32,
-    pub groups: u32,
-    pub slices: u32,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it (the same bits). All units of the
@@ -175,9 +162,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [Vector<f32, N>],
-    group_sums: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counters: &mut [Atomic<u32>],
     rows: usize,
     vecs_per_row: usize,
     inv_channels: f32,
@@ -330,135 +314,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
             partial[j * CUBE_COUNT + CUBE_POS] = total;
         }
     }
-    if comptime![cfg.fused_dgamma.is_some()] {
-        sum_partials_in_two_levels::<G, N>(
-            partial,
-            group_sums,
-            dgamma,
-            counters,
-            &mut red,
-            vecs_per_row,
-            comptime![cfg.fused_dgamma.unwrap()],
-        );
-    }
-}
-
-/// The dgamma reduction without a second kernel, in two levels so that no cube sums more than
-/// a few dozen partials per column: once its partial column is written, each cube takes a
-/// ticket from its group's counter (`counters[1 + g]`); the cube that draws its group's last
-/// ticket sums the group's partials into `group_sums` (column-major, `groups` per column) and
-/// takes a ticket from `counters[0]`; the cube that draws the last of those sums the group
-/// sums into `dgamma`. Each counter is set back to zero by the cube that drew its last ticket,
-/// ready for the next launch. Every sum runs in an order fixed by the launch shape (slices of
-/// a column, then the slices in order), so the result does not depend on which cube came last.
-/// (One last cube summing every partial, the eleventh session's form, was slower than the
-/// second kernel: its serial loads grew with cubes x C.)
-///
-/// Needs `sync_storage` to order storage across cubes (CUDA's `__threadfence` + barrier; the
-/// launch checks `device_memory_scope`), zeroed counters at launch, `scratch` of at least
-/// `slices * vecs` vectors. Every unit of every cube calls it.
-#[cube]
-fn sum_partials_in_two_levels<G: Float, N: Size>(
-    partial: &mut [Vector<f32, N>],
-    group_sums: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counters: &mut [Atomic<u32>],
-    scratch: &mut Shared<[Vector<f32, N>]>,
-    vecs: usize,
-    #[comptime] fused: FusedDgamma,
-) {
-    let group = comptime![fused.group as usize];
-    let groups = comptime![fused.groups as usize];
-    let parts = CUBE_COUNT;
-    let g = CUBE_POS / group;
-    let first = g * group;
-    let members = select(first + group <= parts, group, parts - first);
-    let mut ticket = Shared::<u32>::new();
-    // Release this cube's partials, then count it in.
-    sync_storage();
-    if UNIT_POS == 0 {
-        *ticket = counters[1 + g].fetch_add(1u32);
-    }
-    // Acquire the partials of the group's cubes that counted in before.
-    sync_storage();
-    if *ticket as usize + 1 == members {
-        let total = sum_columns::<N>(partial, scratch, parts, first, members, vecs, fused, group);
-        if (UNIT_POS as usize) < vecs {
-            group_sums[UNIT_POS as usize * groups + g] = total;
-        }
-        if UNIT_POS == 0 {
-            counters[1 + g].store(0u32);
-        }
-        sync_storage();
-        if UNIT_POS == 0 {
-            *ticket = counters[0].fetch_add(1u32);
-        }
-        sync_storage();
-        if *ticket as usize + 1 == groups {
-            let total = sum_columns::<N>(
-                group_sums, scratch, groups, 0usize, groups, vecs, fused, groups,
-            );
-            if (UNIT_POS as usize) < vecs {
-                dgamma[UNIT_POS as usize] = Vector::<G, N>::cast_from(total);
-            }
-            if UNIT_POS == 0 {
-                counters[0].store(0u32);
-            }
-        }
-    }
-}
-
-/// For unit `t < vecs`: `sum_{q < count} src[t * stride + start + q]` (column-major items),
-/// summed by `slices` units per column (unit `s * vecs + t` takes `q = s, s + slices, ...` in
-/// four running sums, loads unrolled up to `most` items so they are in flight together), then
-/// the slices in order through `scratch`. Other units return zero. Every unit of the cube
-/// calls it.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn sum_columns<N: Size>(
-    src: &mut [Vector<f32, N>],
-    scratch: &mut Shared<[Vector<f32, N>]>,
-    stride: usize,
-    start: usize,
-    count: usize,
-    vecs: usize,
-    #[comptime] fused: FusedDgamma,
-    #[comptime] most: usize,
-) -> Vector<f32, N> {
-    let slices = comptime![fused.slices as usize];
-    let t = UNIT_POS as usize;
-    let column = t % vecs;
-    let slice = t / vecs;
-    let mut acc = Array::<Vector<f32, N>>::new(4usize);
-    #[unroll]
-    for k in 0..4 {
-        acc[k] = Vector::<f32, N>::new(0.0f32);
-    }
-    if slice < slices {
-        let base = column * stride + start;
-        // Unconditional loads (an item past `count` reads the last one and is not added), so
-        // that all of them are in flight together: loads under a branch each waited for the
-        // one before (the first form of this sum, 2026-12-02: 4.9 µs slower at C = 384).
-        #[unroll]
-        for k in 0..comptime![most.div_ceil(slices)] {
-            let q = slice + k * slices;
-            let item = src[base + select(q < count, q, count - 1)];
-            if q < count {
-                acc[k % 4] += item;
-            }
-        }
-        scratch[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    }
-    sync_cube();
-    let mut total = Vector::<f32, N>::new(0.0f32);
-    if t < vecs {
-        total = scratch[t];
-        #[unroll]
-        for s in 1..slices {
-            total += scratch[s * vecs + t];
-        }
-    }
-    total
 }
 
 /// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors) as
@@ -605,12 +460,6 @@ pub struct BackwardKnobs {
     /// leaves a tail. Without an SM count (the CPU runtime) at most 64 cubes unless `Some(0)`.
     /// Written `.s<n>`.
     pub cubes_per_sm: Option<u32>,
-    /// The dgamma partials summed by the backward kernel itself, in two levels of arrival
-    /// counters (see [`sum_partials_in_two_levels`]), instead of by a second kernel: one launch
-    /// and its gap less (a second launch costs 2.1-3.2 µs on the H200 at T <= 24960). Needs a
-    /// runtime that orders storage across cubes (CUDA; not the CPU runtime), at most 1024
-    /// cubes and a cube of at least one unit per column vector. Written `.fd`.
-    pub fused_dgamma: bool,
     /// At most this many elements per vector (a power of two; 0: the widest the layout
     /// allows). Narrower vectors fill the lanes of rows whose vector count is not a power of
     /// two: C = 384 in bf16 is 48 vectors of 8 (32 lanes x 2, a quarter of the slots idle) or
@@ -631,7 +480,6 @@ impl BackwardKnobs {
             prefetch: false,
             cubes_per_sm: None,
             max_vector: 0,
-            fused_dgamma: false,
         }
     }
 
@@ -730,13 +578,10 @@ impl core::fmt::Display for BackwardKnobs {
         if let Some(n) = self.cubes_per_sm {
             write!(f, ".s{n}")?;
         }
-        if self.max_vector > 0 {
-            write!(f, ".v{}", self.max_vector)?;
+        match self.max_vector {
+            0 => Ok(()),
+            v => write!(f, ".v{v}"),
         }
-        if self.fused_dgamma {
-            write!(f, ".fd")?;
-        }
-        Ok(())
     }
 }
 
@@ -878,7 +723,6 @@ pub fn launch_backward_with(
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
         plane_width: crate::forward::reduction_plane_width(client),
-        fused_dgamma: None,
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -907,50 +751,7 @@ pub fn launch_backward_with(
         _ => groups.min(64),
     };
     let parts = cubes;
-    let units = lanes * rows_per_cube;
-    let mut cfg = cfg;
-    if knobs.fused_dgamma {
-        if !has_device_memory_scope(client) {
-            return refuse(format!(
-                "backward knobs {knobs}: the in-kernel dgamma sum needs a runtime that orders \
-                 storage across cubes (device memory scope) and 32-bit atomic adds; this one \
-                 has not"
-            ));
-        }
-        if parts > MAX_FUSED_GROUP * MAX_FUSED_GROUP || vecs > units {
-            return refuse(format!(
-                "backward knobs {knobs}: the in-kernel dgamma sum takes at most {} cubes and \
-                 one unit per column vector; this launch has {parts} cubes of {units} units \
-                 for {vecs} column vectors",
-                MAX_FUSED_GROUP * MAX_FUSED_GROUP
-            ));
-        }
-        // Groups of about sqrt(parts) cubes: both levels sum about as many items.
-        let group = parts.isqrt().max(parts.div_ceil(MAX_FUSED_GROUP)).max(1);
-        let group = if group * group < parts && parts.div_ceil(group) > MAX_FUSED_GROUP {
-            group + 1
-        } else {
-            group
-        };
-        cfg.fused_dgamma = Some(FusedDgamma {
-            group: group as u32,
-            groups: parts.div_ceil(group) as u32,
-            slices: (units / vecs) as u32,
-        });
-    }
     let partial = client.empty(parts * channels * 4);
-    // The fused sum's group sums and arrival counters (placeholders otherwise: never touched).
-    let (group_sums, counters) = match cfg.fused_dgamma {
-        Some(f) => (
-            client.empty(f.groups as usize * channels * 4),
-            arrival_counters(client),
-        ),
-        None => (partial.clone(), partial.clone()),
-    };
-    let group_sums_len = cfg
-        .fused_dgamma
-        .map_or(parts * vecs, |f| f.groups as usize * vecs);
-    let counters_len = cfg.fused_dgamma.map_or(1, |f| 1 + f.groups as usize);
     let len = rows * vecs;
     // `x` and `dy` seen as vectors of 32-bit words, one per vector (prefetch only).
     let (words_per_vector, words_len) = if knobs.prefetch {
@@ -974,9 +775,6 @@ pub fn launch_backward_with(
             BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), parts * vecs),
-            BufferArg::from_raw_parts(group_sums, group_sums_len),
-            BufferArg::from_raw_parts(dgamma.clone(), vecs),
-            BufferArg::from_raw_parts(counters, counters_len),
             rows,
             vecs,
             (1.0f64 / channels as f64) as f32,
@@ -986,49 +784,16 @@ pub fn launch_backward_with(
             [x_type, gamma_type],
         );
     }
-    if cfg.fused_dgamma.is_none() {
-        launch_reduce_dgamma(
-            client,
-            partial,
-            dgamma,
-            gamma_type,
-            parts,
-            vecs,
-            vector_size,
-        );
-    }
+    launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        parts,
+        vecs,
+        vector_size,
+    );
     Ok(())
-}
-
-/// The in-kernel dgamma sum's most cubes per group and most groups.
-const MAX_FUSED_GROUP: usize = 32;
-
-/// Whether `sync_storage` orders storage across cubes on this runtime and it has 32-bit atomic
-/// adds: what the in-kernel dgamma sum's arrival counters rely on.
-pub(crate) fn has_device_memory_scope(client: &Client) -> bool {
-    let props = client.properties();
-    props.features.device_memory_scope
-        && props
-            .atomic_type_usage(cubecl::ir::Type::atomic(ElemType::UInt(
-                cubecl::ir::UIntKind::U32,
-            )))
-            .contains(cubecl::features::AtomicUsage::Add)
-}
-
-/// This device's arrival counters for the in-kernel dgamma sum: `1 + MAX_FUSED_GROUP` 32-bit
-/// words, zero when created, each set back to zero by the cube that draws its last ticket. One
-/// buffer per device for the process's life: launches on one stream run in order, and cubecl
-/// orders the uses of one buffer across streams, so no two launches count on it at once.
-fn arrival_counters(client: &Client) -> Handle {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-    static COUNTERS: LazyLock<Mutex<HashMap<cubecl_common::device::ServiceId, Handle>>> =
-        LazyLock::new(Default::default);
-    let mut counters = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
-    counters
-        .entry(client.service_id())
-        .or_insert_with(|| client.create_from_slice(&[0u8; 4 * (1 + MAX_FUSED_GROUP)]))
-        .clone()
 }
 
 /// `dgamma = sum_p partial[p]` over `parts` partials of `vecs` vectors of `vector_size` f32,
