@@ -389,6 +389,9 @@ fn every_channels_backward_config_matches_the_row_backward() {
         (1, 96, 64),
         (2, 130, 17),
         (3, 5, 200),
+        // On a GPU a narrow shape above C = 128: the default takes vectors of 8 positions, 6
+        // channels a unit, 2 position units (`p2.g32.k6.v8`).
+        (1, 192, 40),
     ] {
         let n = batches * channels * positions;
         let x = round_to(&uniform(&mut rng, n, -3.0, 3.0), dtype);
@@ -420,7 +423,46 @@ fn every_channels_backward_config_matches_the_row_backward() {
             BackwardKnobs::for_shape(&client, channels, rows),
         )
         .expect("row backward");
-        let shapes = [(1u32, 1u32), (2, 1), (1, 2), (4, 2), (2, 8), (8, 4)];
+        // The device's default launch shape for this shape first (refused where C is too
+        // wide for its register cache: the caller then takes composed ops).
+        let shape = vec![batches, channels, positions];
+        let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
+        let default = launch_channels_backward(
+            &client,
+            b.x.handle.clone(),
+            b.gamma.handle.clone(),
+            b.dy.handle.clone(),
+            b.dx.handle.clone(),
+            b.dgamma.handle.clone(),
+            elem(dtype),
+            elem(dtype),
+            batches,
+            channels,
+            positions,
+            norm,
+            Activation::Silu,
+            None,
+        );
+        match default {
+            Ok(()) => {
+                let (dx, dgamma) = b.gradients();
+                let label = format!("{shape:?} default");
+                assert_close(&to_rows(&dx), &want_dx, 1e-5, 1e-4, &label);
+                assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
+            }
+            Err(e) => assert!(e.to_string().contains("register cache"), "{shape:?}: {e}"),
+        }
+        // Then launch shapes of every kind: (position units, channel groups), the last as the
+        // GPU default above (2 position units of a 6-channel group, widest vectors).
+        let shapes = [
+            (1u32, 1u32),
+            (2, 1),
+            (1, 2),
+            (4, 2),
+            (2, 8),
+            (8, 4),
+            (2, 32),
+        ];
         for (k, (position_units, channel_groups)) in shapes
             .into_iter()
             .filter(|(p, g)| p * g <= max_units)

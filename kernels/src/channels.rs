@@ -914,7 +914,9 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Narrow shapes (about one tile
 /// per cube, [`ChannelsLimits::narrow`]) take the same cache without prefetch and down to 4
 /// position units per cube (tenth session: `[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
-/// against 19.4 us with prefetch, the sweep's best). Without prefetch (2-byte inputs
+/// against 19.4 us with prefetch, the sweep's best); above C = 128 vectors of 8 positions and
+/// down to 2 position units (seventeenth session: `p2.g64.k6.v8` 15.2 us against 16.8 us, the
+/// sweep's best in two calls). Without prefetch (2-byte inputs
 /// with vectors of one position, C above 768, and the CPU runtime) the unit caches 6 channels
 /// of at most 4 positions up to C = 192, else up to 16 channels.
 pub fn channels_backward_config(
@@ -931,14 +933,24 @@ pub fn channels_backward_config(
     if limits.gpu && widest >= 2 {
         // About one tile per cube on narrow shapes: nothing to prefetch; more, smaller cubes.
         let narrow = limits.narrow(positions, widest);
-        let vector = widest.min(if channels <= 128 { 8 } else { 4 });
+        // Narrow shapes above C = 128 also take vectors of 8 positions (6 channels a unit) and
+        // down to 2 position units per cube: `[1, 384, 1, 60, 104]` `p2.g64.k6.v8` 15.2-15.4 us
+        // against `p4.g32.k12.v4` 16.8-16.9 us, the sweep's best twice (H200, 2026-12-02).
+        let wide_narrow = narrow && channels > 128;
+        let vector = widest.min(if channels <= 128 || wide_narrow { 8 } else { 4 });
         let cfg = shape_for_units(
             &limits,
             channels,
             positions / vector,
             PREFETCH_VALUES / vector,
             |groups| (8 * groups).max(128),
-            if narrow { 4 } else { 8 },
+            if wide_narrow {
+                2
+            } else if narrow {
+                4
+            } else {
+                8
+            },
             activation,
         );
         if cfg.channels_per_unit > 0 {
