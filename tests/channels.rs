@@ -373,9 +373,9 @@ fn every_channels_config_writes_every_element() {
 #[test]
 fn every_channels_backward_config_matches_the_row_backward() {
     use crate::backward::{GradientBuffers, fused_gradients_with};
-    use crate::kernel_knobs::{cube_device, elem};
+    use crate::kernel_knobs::cube_device;
     use rmsnorm_silu_kernels::backward::BackwardKnobs;
-    use rmsnorm_silu_kernels::channels::{ChannelsConfig, launch_channels_backward};
+    use rmsnorm_silu_kernels::channels::ChannelsConfig;
     let device = cube_device();
     let client = device.client();
     let mut rng = rng("channels_backward_configs");
@@ -427,23 +427,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
         // wide for its register cache: the caller then takes composed ops).
         let shape = vec![batches, channels, positions];
         let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
-        let default = launch_channels_backward(
-            &client,
-            b.x.handle.clone(),
-            b.gamma.handle.clone(),
-            b.dy.handle.clone(),
-            b.dx.handle.clone(),
-            b.dgamma.handle.clone(),
-            elem(dtype),
-            elem(dtype),
-            batches,
-            channels,
-            positions,
-            norm,
-            Activation::Silu,
-            None,
-        );
-        match default {
+        match backward_into(&b, dtype, [batches, channels, positions], norm, None) {
             Ok(()) => {
                 let (dx, dgamma) = b.gradients();
                 let label = format!("{shape:?} default");
@@ -482,22 +466,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
             let shape = vec![batches, channels, positions];
             let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
             let launch = |cfg: ChannelsConfig| {
-                launch_channels_backward(
-                    &client,
-                    b.x.handle.clone(),
-                    b.gamma.handle.clone(),
-                    b.dy.handle.clone(),
-                    b.dx.handle.clone(),
-                    b.dgamma.handle.clone(),
-                    elem(dtype),
-                    elem(dtype),
-                    batches,
-                    channels,
-                    positions,
-                    norm,
-                    Activation::Silu,
-                    Some(cfg),
-                )
+                backward_into(&b, dtype, [batches, channels, positions], norm, Some(cfg))
             };
             launch(cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
             if !on_gpu() {
@@ -526,20 +495,11 @@ fn every_channels_backward_config_matches_the_row_backward() {
         DType::BF16,
         &device,
     );
-    let err = launch_channels_backward(
-        &client,
-        b.x.handle.clone(),
-        b.gamma.handle.clone(),
-        b.dy.handle.clone(),
-        b.dx.handle.clone(),
-        b.dgamma.handle.clone(),
-        elem(DType::BF16),
-        elem(DType::BF16),
-        1,
-        channels,
-        positions,
+    let err = backward_into(
+        &b,
+        DType::BF16,
+        [1, channels, positions],
         norm,
-        Activation::Silu,
         Some(ChannelsConfig {
             position_units: 2,
             channel_groups: 1,
@@ -555,4 +515,32 @@ fn every_channels_backward_config_matches_the_row_backward() {
     .expect_err("prefetch with 2-byte vectors must be refused")
     .to_string();
     assert!(err.contains("prefetch loads 32-bit words"), "{err}");
+}
+
+/// The channels-first backward (SiLU) over `b`'s `[batches, C, S]` buffers of `dtype`, with
+/// `config` or (`None`) the device's default launch shape.
+fn backward_into(
+    b: &crate::backward::GradientBuffers,
+    dtype: DType,
+    [batches, channels, positions]: [usize; 3],
+    norm: NormParams,
+    config: Option<rmsnorm_silu_kernels::channels::ChannelsConfig>,
+) -> Result<(), rmsnorm_silu_kernels::ForwardError> {
+    use crate::kernel_knobs::elem;
+    rmsnorm_silu_kernels::channels::launch_channels_backward(
+        &b.x.client,
+        b.x.handle.clone(),
+        b.gamma.handle.clone(),
+        b.dy.handle.clone(),
+        b.dx.handle.clone(),
+        b.dgamma.handle.clone(),
+        elem(dtype),
+        elem(dtype),
+        batches,
+        channels,
+        positions,
+        norm,
+        Activation::Silu,
+        config,
+    )
 }
