@@ -463,7 +463,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 activation: Activation::Silu,
                 fast_math: false,
             };
-            let shape = vec![batches, channels, positions];
             let b = GradientBuffers::upload(&x, &gamma, &dy, shape.clone(), dtype, &device);
             let launch = |cfg: ChannelsConfig| {
                 backward_into(&b, dtype, [batches, channels, positions], norm, Some(cfg))

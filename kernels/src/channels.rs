@@ -936,21 +936,19 @@ pub fn channels_backward_config(
         // Narrow shapes above C = 128 also take vectors of 8 positions (6 channels a unit) and
         // down to 2 position units per cube: `[1, 384, 1, 60, 104]` `p2.g64.k6.v8` 15.2-15.4 us
         // against `p4.g32.k12.v4` 16.8-16.9 us, the sweep's best twice (H200, 2026-12-02).
-        let wide_narrow = narrow && channels > 128;
-        let vector = widest.min(if channels <= 128 || wide_narrow { 8 } else { 4 });
+        let vector = widest.min(if channels <= 128 || narrow { 8 } else { 4 });
+        let min_position_units = match (narrow, channels > 128) {
+            (true, true) => 2,
+            (true, false) => 4,
+            (false, _) => 8,
+        };
         let cfg = shape_for_units(
             &limits,
             channels,
             positions / vector,
             PREFETCH_VALUES / vector,
             |groups| (8 * groups).max(128),
-            if wide_narrow {
-                2
-            } else if narrow {
-                4
-            } else {
-                8
-            },
+            min_position_units,
             activation,
         );
         if cfg.channels_per_unit > 0 {
