@@ -29,7 +29,7 @@ use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
 use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
 use burn_rmsnorm_silu::kernels::forward::validate_knobs;
 use burn_rmsnorm_silu::kernels::select::{device_sm, pick_vector_size};
-use burn_rmsnorm_silu::kernels::timing::{Timer, median};
+use burn_rmsnorm_silu::kernels::timing::{CopyShape, Timer, median};
 use burn_rmsnorm_silu::kernels::{
     Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
     launch_forward, select_knobs_with_source, table_derived_knobs,
@@ -84,8 +84,8 @@ fn env_subset(var: &str, all: &[usize]) -> Vec<usize> {
     }
 }
 
-const MODES: [&str; 7] = [
-    "bench", "tune", "fallback", "channels", "backward", "quant", "ab",
+const MODES: [&str; 8] = [
+    "bench", "tune", "fallback", "channels", "backward", "quant", "ab", "copies",
 ];
 
 fn args() -> Args {
@@ -1510,6 +1510,103 @@ fn ab(timer: &mut Timer) {
     }
 }
 
+/// `copies`: the copy-roof experiment. Times the bench's copy and [`CopyShape`] variants (vectors
+/// per unit, cube size, persistent grid or one cube per tile) of the same bytes as bf16 in and
+/// out of `[T, C]`, three rounds of 30 runs each, and writes `copies.csv` (median over rounds).
+/// C = 512, 1024 at T = 24960, 99840, 399360 unless `RMSNORM_BENCH_C` / `RMSNORM_BENCH_T` say.
+fn copies(timer: &mut Timer, args: &Args) {
+    let shape = |per_unit, cube_dim, cubes_per_sm, ticketed| CopyShape {
+        per_unit,
+        cube_dim,
+        cubes_per_sm,
+        ticketed,
+    };
+    // The bench's own copy first (per_unit 0), then grid-stride and full-grid tiles, then
+    // ticketed persistent grids.
+    let mut shapes = vec![shape(0, 256, 8, false)];
+    for per_unit in [1, 2, 4] {
+        for cube_dim in [128, 256] {
+            for cubes_per_sm in [0, 8] {
+                shapes.push(shape(per_unit, cube_dim, cubes_per_sm, false));
+            }
+        }
+    }
+    for per_unit in [1, 2, 4, 8] {
+        for cube_dim in [128, 256, 512] {
+            for cubes_per_sm in [4, 8, 16] {
+                if cube_dim * cubes_per_sm <= 2048 {
+                    shapes.push(shape(per_unit, cube_dim, cubes_per_sm, true));
+                }
+            }
+        }
+    }
+    // Each variant first copies an odd number of vectors (a partial last tile) exactly.
+    let bytes: Vec<u8> = (0..4 * 100_003u32)
+        .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
+        .collect();
+    let src = timer.client.create_from_slice(&bytes);
+    for shape in shapes.iter().skip(1) {
+        let dst = timer.client.create_from_slice(&vec![0xa5u8; bytes.len()]);
+        timer.copy_shaped(&src, &dst, bytes.len(), *shape);
+        let back = timer.client.read_one(dst).expect("read the copy");
+        assert!(back[..] == bytes[..], "copy {shape:?} is wrong");
+    }
+    let mut csv =
+        String::from("c,t,per_unit,cube_dim,cubes_per_sm,ticketed,us,gbps,ratio_to_copy\n");
+    for c in bench_channels(&[512, 1024]) {
+        for t in bench_rows(&[24960, 99840, 399360]) {
+            let bytes = c * t * 2;
+            let src = timer.random(BF16, c * t, -2.0, 4.0);
+            let dst = timer.client.empty(bytes);
+            let mut times = vec![Vec::new(); shapes.len()];
+            for _ in 0..3 {
+                for (shape, slot) in shapes.iter().zip(&mut times) {
+                    let shape = *shape;
+                    slot.push(median(&timer.time(2, 30, || {
+                        if shape.per_unit == 0 {
+                            timer.copy(&src, &dst, bytes)
+                        } else {
+                            timer.copy_shaped(&src, &dst, bytes, shape)
+                        }
+                    })));
+                }
+            }
+            let medians: Vec<f64> = times.iter().map(|t| median(t)).collect();
+            let copy = medians[0];
+            let mut order: Vec<usize> = (0..shapes.len()).collect();
+            order.sort_by(|a, b| medians[*a].total_cmp(&medians[*b]));
+            println!("copies C={c} T={t}: bench copy {copy:.2} us");
+            for &i in &order {
+                let s = shapes[i];
+                let us = medians[i];
+                let gbps = 2.0 * bytes as f64 / us / 1e3;
+                csv.push_str(&format!(
+                    "{c},{t},{},{},{},{},{us:.2},{gbps:.1},{:.4}\n",
+                    s.per_unit,
+                    s.cube_dim,
+                    s.cubes_per_sm,
+                    s.ticketed,
+                    us / copy
+                ));
+            }
+            for &i in order.iter().take(12) {
+                let s = shapes[i];
+                println!(
+                    "  u{} d{} g{}{}: {:.2} us, x{:.3}",
+                    s.per_unit,
+                    s.cube_dim,
+                    s.cubes_per_sm,
+                    if s.ticketed { " tickets" } else { "" },
+                    medians[i],
+                    medians[i] / copy
+                );
+            }
+        }
+    }
+    std::fs::create_dir_all(&args.out).expect("create the output folder");
+    std::fs::write(format!("{}/copies.csv", args.out), csv).expect("write copies.csv");
+}
+
 fn main() {
     let args = args();
     let device = match args.device.as_str() {
@@ -1536,6 +1633,7 @@ fn main() {
         "backward" => backward(&mut timer, &args),
         "quant" => quant(&mut timer, &args),
         "ab" => ab(&mut timer),
+        "copies" => copies(&mut timer, &args),
         _ => bench(&mut timer, &device, &args),
     }
 }

@@ -4,6 +4,7 @@ Run on the GPU machine (its python has torch and triton):
     python3 benches/torch_compare.py --out DIR [--quick]      # [T, C] rows -> DIR/torch.csv
     python3 benches/torch_compare.py --out DIR --channels     # Wan [B, C, T, H, W] -> DIR/torch_channels.csv
     python3 benches/torch_compare.py --out DIR --backward     # dx, dgamma of [T, C] -> DIR/torch_backward.csv
+    python3 benches/torch_compare.py --out DIR --copies       # copy roofs of [T, C] bf16 -> DIR/torch_copies.csv
 torch.csv: c,t,eager_us,compile_us,torch_copy_us; torch_channels.csv: shape,layout,eager_us,
 compile_us,torch_copy_us (medians from triton.testing.do_bench, which flushes the L2 between
 runs; bf16 in and out). The channel-axis op is the Wan VAE's own chain,
@@ -92,16 +93,58 @@ def backward(out_dir):
                 w.writerows(rows)
 
 
+def copies(out_dir):
+    """The copy roof as torch and Triton reach it, beside `cargo bench ... -- copies`: torch's
+    `copy_` (a driver memcpy for contiguous same-dtype tensors) and a Triton copy kernel of
+    BLOCK elements per program (one program per block, as inductor launches them), same bytes."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+    rows = []
+    for c in [512, 1024]:
+        for t in [24960, 99840, 399360]:
+            n = t * c
+            x = torch.randn(n, device="cuda").to(torch.bfloat16)
+            out = torch.empty_like(x)
+            rows.append([c, t, "torch_copy", "", f"{bench(lambda: out.copy_(x)):.2f}"])
+            for block in [1024, 2048, 4096, 8192]:
+                for warps in [4, 8]:
+                    grid = (triton.cdiv(n, block),)
+                    run = lambda: copy_kernel[grid](x, out, n, BLOCK=block, num_warps=warps)
+                    run()
+                    assert torch.equal(out, x)
+                    rows.append([c, t, f"triton_b{block}", warps, f"{bench(run):.2f}"])
+            for r in rows[-9:]:
+                print(f"copies C={c:5} T={t:7}: {r[2]:>14} warps {r[3]!s:>2} {r[4]:>9} us", flush=True)
+            with open(os.path.join(out_dir, "torch_copies.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["c", "t", "copy", "num_warps", "us"])
+                w.writerows(rows)
+    kernel = copy_kernel[(1,)](x, out, 1024, BLOCK=4096, num_warps=4)
+    with open(os.path.join(out_dir, "triton_copy.ptx"), "w") as f:
+        f.write(kernel.asm["ptx"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="target/bench")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--channels", action="store_true")
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--copies", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.backward:
         backward(args.out)
+        return
+    if args.copies:
+        copies(args.out)
         return
     if args.channels:
         channels(args.out)

@@ -61,6 +61,9 @@ for step in "${steps[@]}"; do
                    > "$out/quant${QUANT_TAG:-}.log" 2>&1 ;;
         # RMSNORM_AB="C T out knobs knobs ...; ...": same-run timings of row-kernel knobs.
         ab) (cd gpu && timeout "${AB_TIMEOUT:-200}" ./bench ab) > "$out/ab.log" 2>&1 ;;
+        # The copy-roof experiment: copy shapes in CubeCL, torch's copy_ and Triton copies.
+        copies) (cd gpu && timeout "${COPIES_TIMEOUT:-150}" ./bench copies --out "$out") > "$out/copies.log" 2>&1
+                [ "${COPIES_TORCH:-1}" = 0 ] || timeout 120 python3 benches/torch_compare.py --out "$out" --copies >> "$out/copies.log" 2>&1 ;;
         backward) (cd gpu && timeout "${BACKWARD_TIMEOUT:-200}" ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a

@@ -68,11 +68,119 @@ fn copy_vectors_x4<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, 
     }
 }
 
+/// Copy in tiles of `per_unit * CUBE_DIM` vectors: a cube loads its tile's `per_unit` vectors
+/// per unit (unit-interleaved, all loads before the stores), then steps `CUBE_COUNT` tiles on.
+/// With `per_unit = 1` it is [`copy_vectors`]; on a full grid each cube copies one tile and
+/// exits, as torch's and Triton's elementwise kernels do. For the copy-roof experiment
+/// ([`Timer::copy_shaped`]).
+#[cube(launch_unchecked, address_type = "dynamic")]
+fn copy_tiles<N: Size>(
+    input: &[Vector<u32, N>],
+    output: &mut [Vector<u32, N>],
+    len: usize,
+    #[comptime] per_unit: usize,
+) {
+    let dim = CUBE_DIM as usize;
+    let tile = dim * per_unit;
+    let step = CUBE_COUNT * tile;
+    let mut base = CUBE_POS * tile;
+    let unit = UNIT_POS as usize;
+    let mut held = Array::<Vector<u32, N>>::new(per_unit);
+    while base + tile <= len {
+        #[unroll]
+        for k in 0..per_unit {
+            held[k] = input[base + k * dim + unit];
+        }
+        #[unroll]
+        for k in 0..per_unit {
+            output[base + k * dim + unit] = held[k];
+        }
+        base += step;
+    }
+    let mut i = base + unit;
+    while i < len {
+        output[i] = input[i];
+        i += dim;
+    }
+}
+
+/// [`copy_tiles`] on a persistent grid whose cubes draw the tiles in order from a ticket
+/// counter (`counters[0]`) instead of a fixed stride: the tiles in flight stay a compact,
+/// moving window of memory and a cube on a slower SM simply copies fewer tiles. Each cube draws
+/// its next ticket while it copies the current tile. The last cube to finish (`counters[1]`)
+/// sets both counters back to zero for the next launch.
+#[cube(launch_unchecked, address_type = "dynamic")]
+fn copy_ticketed<N: Size>(
+    input: &[Vector<u32, N>],
+    output: &mut [Vector<u32, N>],
+    counters: &mut [Atomic<u32>],
+    len: usize,
+    #[comptime] per_unit: usize,
+) {
+    let dim = CUBE_DIM as usize;
+    let tile = dim * per_unit;
+    let tiles = len.div_ceil(tile);
+    let unit = UNIT_POS as usize;
+    let mut drawn = Shared::<[u32]>::new_slice(2usize);
+    if UNIT_POS == 0 {
+        drawn[0] = counters[0].fetch_add(1u32);
+    }
+    sync_cube();
+    let mut t = drawn[0] as usize;
+    let mut parity = 1usize;
+    let mut held = Array::<Vector<u32, N>>::new(per_unit);
+    while t < tiles {
+        if UNIT_POS == 0 {
+            drawn[parity] = counters[0].fetch_add(1u32);
+        }
+        let base = t * tile;
+        if base + tile <= len {
+            #[unroll]
+            for k in 0..per_unit {
+                held[k] = input[base + k * dim + unit];
+            }
+            #[unroll]
+            for k in 0..per_unit {
+                output[base + k * dim + unit] = held[k];
+            }
+        } else {
+            let mut i = base + unit;
+            while i < len {
+                output[i] = input[i];
+                i += dim;
+            }
+        }
+        sync_cube();
+        t = drawn[parity] as usize;
+        parity = 1 - parity;
+    }
+    if UNIT_POS == 0 {
+        let done = counters[1].fetch_add(1u32);
+        if done + 1 == CUBE_COUNT as u32 {
+            counters[0].store(0u32);
+            counters[1].store(0u32);
+        }
+    }
+}
+
+/// How [`Timer::copy_shaped`] copies: `per_unit` vectors per unit and tile, `cube_dim` units a
+/// cube, `cubes_per_sm` cubes per SM on a persistent grid (0: one cube per tile), the tiles
+/// drawn from a ticket counter (`ticketed`, [`copy_ticketed`]) or walked with a grid stride.
+#[derive(Clone, Copy, Debug)]
+pub struct CopyShape {
+    pub per_unit: usize,
+    pub cube_dim: u32,
+    pub cubes_per_sm: u32,
+    pub ticketed: bool,
+}
+
 /// Device buffers and helpers for timing on one client.
 pub struct Timer {
     pub client: Client,
     flush: Handle,
     seed: u32,
+    /// Two zeroed u32 ticket counters for [`copy_ticketed`] (zero again after every launch).
+    counters: Handle,
 }
 
 impl Timer {
@@ -82,10 +190,12 @@ impl Timer {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0x1234_5678);
+        let counters = client.create_from_slice(&[0u8; 8]);
         Self {
             client,
             flush,
             seed,
+            counters,
         }
     }
 
@@ -134,6 +244,54 @@ impl Timer {
     /// [`Timer::copy`] with four vectors per unit and step ([`copy_vectors_x4`]).
     pub fn copy_unrolled(&self, src: &Handle, dst: &Handle, bytes: usize) {
         self.launch_copy(src, dst, bytes, true);
+    }
+
+    /// Copies `bytes` bytes (a multiple of 16) as `shape` says ([`copy_tiles`]).
+    pub fn copy_shaped(&self, src: &Handle, dst: &Handle, bytes: usize, shape: CopyShape) {
+        let len = bytes / 16;
+        let tile = shape.per_unit * shape.cube_dim as usize;
+        let sms = self
+            .client
+            .properties()
+            .hardware
+            .num_streaming_multiprocessors
+            .unwrap_or(8);
+        let tiles = len.div_ceil(tile).max(1) as u32;
+        let cubes = match shape.cubes_per_sm {
+            0 => tiles,
+            n => tiles.min(sms * n),
+        };
+        let address = cubecl::ir::AddressType::from_len(bytes / 4);
+        // SAFETY: `src` and `dst` hold at least `bytes` bytes, `len` vectors of 4 words;
+        // `counters` two zeroed u32.
+        unsafe {
+            if shape.ticketed {
+                copy_ticketed::launch_unchecked(
+                    &self.client,
+                    CubeCount::new_1d(tiles.min(sms * shape.cubes_per_sm.max(1))),
+                    CubeDim::new_1d(shape.cube_dim),
+                    address,
+                    4,
+                    BufferArg::from_raw_parts(src.clone(), len),
+                    BufferArg::from_raw_parts(dst.clone(), len),
+                    BufferArg::from_raw_parts(self.counters.clone(), 2),
+                    len,
+                    shape.per_unit,
+                );
+                return;
+            }
+            copy_tiles::launch_unchecked(
+                &self.client,
+                CubeCount::new_1d(cubes),
+                CubeDim::new_1d(shape.cube_dim),
+                address,
+                4,
+                BufferArg::from_raw_parts(src.clone(), len),
+                BufferArg::from_raw_parts(dst.clone(), len),
+                len,
+                shape.per_unit,
+            );
+        }
     }
 
     fn launch_copy(&self, src: &Handle, dst: &Handle, bytes: usize, unrolled: bool) {
