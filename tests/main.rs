@@ -18,4 +18,5 @@ mod kernel_knobs;
 mod module;
 mod nvfp4;
 mod properties;
+mod timing;
 mod wan_vae;

@@ -68,8 +68,39 @@ fn copy_vectors_x4<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, 
     }
 }
 
-/// Copy in tiles of `per_unit * CUBE_DIM` vectors: a cube loads its tile's `per_unit` vectors
-/// per unit (unit-interleaved, all loads before the stores), then steps `CUBE_COUNT` tiles on.
+/// Copies the tile of `per_unit * CUBE_DIM` vectors at `base` (of `len`): a full tile with
+/// all of a unit's `per_unit` loads before its stores (unit-interleaved), a partial last tile
+/// one vector at a time. Every unit of the cube calls it.
+#[cube]
+fn copy_tile<N: Size>(
+    input: &[Vector<u32, N>],
+    output: &mut [Vector<u32, N>],
+    base: usize,
+    len: usize,
+    #[comptime] per_unit: usize,
+) {
+    let dim = CUBE_DIM as usize;
+    let unit = UNIT_POS as usize;
+    let mut held = Array::<Vector<u32, N>>::new(per_unit);
+    if base + dim * per_unit <= len {
+        #[unroll]
+        for k in 0..per_unit {
+            held[k] = input[base + k * dim + unit];
+        }
+        #[unroll]
+        for k in 0..per_unit {
+            output[base + k * dim + unit] = held[k];
+        }
+    } else {
+        let mut i = base + unit;
+        while i < len {
+            output[i] = input[i];
+            i += dim;
+        }
+    }
+}
+
+/// Copy in tiles of `per_unit * CUBE_DIM` vectors ([`copy_tile`]), `CUBE_COUNT` tiles apart.
 /// With `per_unit = 1` it is [`copy_vectors`]; on a full grid each cube copies one tile and
 /// exits, as torch's and Triton's elementwise kernels do. For the copy-roof experiment
 /// ([`Timer::copy_shaped`]).
@@ -80,27 +111,11 @@ fn copy_tiles<N: Size>(
     len: usize,
     #[comptime] per_unit: usize,
 ) {
-    let dim = CUBE_DIM as usize;
-    let tile = dim * per_unit;
-    let step = CUBE_COUNT * tile;
+    let tile = CUBE_DIM as usize * per_unit;
     let mut base = CUBE_POS * tile;
-    let unit = UNIT_POS as usize;
-    let mut held = Array::<Vector<u32, N>>::new(per_unit);
-    while base + tile <= len {
-        #[unroll]
-        for k in 0..per_unit {
-            held[k] = input[base + k * dim + unit];
-        }
-        #[unroll]
-        for k in 0..per_unit {
-            output[base + k * dim + unit] = held[k];
-        }
-        base += step;
-    }
-    let mut i = base + unit;
-    while i < len {
-        output[i] = input[i];
-        i += dim;
+    while base < len {
+        copy_tile::<N>(input, output, base, len, per_unit);
+        base += CUBE_COUNT * tile;
     }
 }
 
@@ -117,10 +132,7 @@ fn copy_ticketed<N: Size>(
     len: usize,
     #[comptime] per_unit: usize,
 ) {
-    let dim = CUBE_DIM as usize;
-    let tile = dim * per_unit;
-    let tiles = len.div_ceil(tile);
-    let unit = UNIT_POS as usize;
+    let tiles = len.div_ceil(CUBE_DIM as usize * per_unit);
     let mut drawn = Shared::<[u32]>::new_slice(2usize);
     if UNIT_POS == 0 {
         drawn[0] = counters[0].fetch_add(1u32);
@@ -128,28 +140,17 @@ fn copy_ticketed<N: Size>(
     sync_cube();
     let mut t = drawn[0] as usize;
     let mut parity = 1usize;
-    let mut held = Array::<Vector<u32, N>>::new(per_unit);
     while t < tiles {
         if UNIT_POS == 0 {
             drawn[parity] = counters[0].fetch_add(1u32);
         }
-        let base = t * tile;
-        if base + tile <= len {
-            #[unroll]
-            for k in 0..per_unit {
-                held[k] = input[base + k * dim + unit];
-            }
-            #[unroll]
-            for k in 0..per_unit {
-                output[base + k * dim + unit] = held[k];
-            }
-        } else {
-            let mut i = base + unit;
-            while i < len {
-                output[i] = input[i];
-                i += dim;
-            }
-        }
+        copy_tile::<N>(
+            input,
+            output,
+            t * CUBE_DIM as usize * per_unit,
+            len,
+            per_unit,
+        );
         sync_cube();
         t = drawn[parity] as usize;
         parity = 1 - parity;

@@ -1,0 +1,51 @@
+//! The benchmarks' copy roof (`Timer::copy`, every ratio's denominator) and the copy shapes of
+//! the `copies` experiment copy every byte exactly, partial last tiles and ticket counters
+//! included.
+
+use rand::Rng;
+use rmsnorm_silu_kernels::cubecl::server::Handle;
+use rmsnorm_silu_kernels::timing::{CopyShape, Timer};
+
+use crate::common::rng;
+use crate::kernel_knobs::cube_device;
+
+/// `timer` copies `bytes` random bytes into a poisoned buffer with `copy`; returns what landed.
+fn copied(timer: &Timer, bytes: &[u8], copy: impl Fn(&Timer, &Handle, &Handle)) -> Vec<u8> {
+    let src = timer.client.create_from_slice(bytes);
+    let dst = timer.client.create_from_slice(&vec![0xa5u8; bytes.len()]);
+    copy(timer, &src, &dst);
+    timer.client.read_one(dst).expect("read the copy").to_vec()
+}
+
+#[test]
+fn the_copy_roof_and_the_copy_shapes_copy_exactly() {
+    let client = cube_device().client();
+    let timer = Timer::new(client.clone());
+    let mut rng = rng("copies");
+    // Word counts that take vectors of 4, 2 and 1 words, and a single word.
+    for words in [4 * 1003, 2 * 501, 333, 1] {
+        let bytes: Vec<u8> = (0..4 * words).map(|_| rng.random()).collect();
+        let got = copied(&timer, &bytes, |t, s, d| t.copy(s, d, bytes.len()));
+        assert!(got == bytes, "Timer::copy of {words} words");
+    }
+    let cube_dim = client.properties().hardware.max_units_per_cube.min(32);
+    // 1003 vectors: no cube size or tile divides them (a partial last tile).
+    let bytes: Vec<u8> = (0..16 * 1003).map(|_| rng.random()).collect();
+    for per_unit in [1, 3] {
+        for (cubes_per_sm, ticketed) in [(0, false), (2, false), (1, true), (2, true)] {
+            let shape = CopyShape {
+                per_unit,
+                cube_dim,
+                cubes_per_sm,
+                ticketed,
+            };
+            // Twice: the ticketed copy must leave its counters at zero for the next launch.
+            for run in 0..2 {
+                let got = copied(&timer, &bytes, |t, s, d| {
+                    t.copy_shaped(s, d, bytes.len(), shape)
+                });
+                assert!(got == bytes, "copy {shape:?}, run {run}");
+            }
+        }
+    }
+}
