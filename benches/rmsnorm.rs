@@ -10,12 +10,14 @@
 //!                                              # RMSNORM_QUANT_SWEEP=0: the selected knobs only)
 //! RMSNORM_AB="96 24960 bf16 <knobs> <knobs>; ..." cargo bench --bench rmsnorm -- ab
 //!                                              # knobs side by side in one run (5 rounds)
+//! cargo bench --bench rmsnorm -- copies        # copy shapes of the same bytes (the roof's choice)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
 //! ```
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
 //! (15 per candidate while tuning), the L2 flushed before every timed run, fresh random inputs
-//! per shape, and a same-bytes copy measured in the same run as the roof. Runs on CUDA device 0
+//! per shape, and a same-bytes copy measured in the same run as the roof (one 16-byte vector per
+//! unit on a full grid, the fastest shape of `copies`, as fast as torch's `copy_`). Runs on CUDA device 0
 //! (`--device cpu` for the CubeCL CPU runtime, for a smoke test only).
 
 use std::fmt::Write as _;
