@@ -200,14 +200,17 @@ impl Timer {
         }
     }
 
-    fn grid(&self, units: usize, cube: u32) -> CubeCount {
-        let sms = self
-            .client
+    /// The device's SMs (8 where it does not say, e.g. the CPU runtime).
+    fn sms(&self) -> usize {
+        self.client
             .properties()
             .hardware
             .num_streaming_multiprocessors
-            .unwrap_or(8) as usize;
-        CubeCount::new_1d(units.div_ceil(cube as usize).clamp(1, sms * 8) as u32)
+            .unwrap_or(8) as usize
+    }
+
+    fn grid(&self, units: usize, cube: u32) -> CubeCount {
+        CubeCount::new_1d(units.div_ceil(cube as usize).clamp(1, self.sms() * 8) as u32)
     }
 
     /// A new buffer of `len` random elements of `elem` in `[lo, lo + span)`.
@@ -250,18 +253,15 @@ impl Timer {
     /// Copies `bytes` bytes (a multiple of 16) as `shape` says ([`copy_tiles`]).
     pub fn copy_shaped(&self, src: &Handle, dst: &Handle, bytes: usize, shape: CopyShape) {
         let len = bytes / 16;
-        let tile = shape.per_unit * shape.cube_dim as usize;
-        let sms = self
-            .client
-            .properties()
-            .hardware
-            .num_streaming_multiprocessors
-            .unwrap_or(8);
-        let tiles = len.div_ceil(tile).max(1) as u32;
-        let cubes = match shape.cubes_per_sm {
-            0 => tiles,
-            n => tiles.min(sms * n),
+        let tiles = len
+            .div_ceil(shape.per_unit * shape.cube_dim as usize)
+            .max(1);
+        // A ticketed grid is always persistent (at least one cube per SM).
+        let cubes = match (shape.cubes_per_sm, shape.ticketed) {
+            (0, false) => tiles,
+            (n, _) => tiles.min(self.sms() * n.max(1) as usize),
         };
+        let cubes = CubeCount::new_1d(cubes as u32);
         let address = cubecl::ir::AddressType::from_len(bytes / 4);
         // SAFETY: `src` and `dst` hold at least `bytes` bytes, `len` vectors of 4 words;
         // `counters` two zeroed u32.
@@ -269,7 +269,7 @@ impl Timer {
             if shape.ticketed {
                 copy_ticketed::launch_unchecked(
                     &self.client,
-                    CubeCount::new_1d(tiles.min(sms * shape.cubes_per_sm.max(1))),
+                    cubes,
                     CubeDim::new_1d(shape.cube_dim),
                     address,
                     4,
@@ -283,7 +283,7 @@ impl Timer {
             }
             copy_tiles::launch_unchecked(
                 &self.client,
-                CubeCount::new_1d(cubes),
+                cubes,
                 CubeDim::new_1d(shape.cube_dim),
                 address,
                 4,
