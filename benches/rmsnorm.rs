@@ -254,6 +254,7 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         fast_math: false,
                         prefetch: false,
                         f32_cache: false,
+                        groups_per_ticket: 0,
                     });
                 }
             }
@@ -293,6 +294,7 @@ fn packed_candidates(client: &Client, v: usize, vecs: usize) -> Vec<Knobs> {
                         fast_math: false,
                         prefetch: false,
                         f32_cache: false,
+                        groups_per_ticket: 0,
                     });
                 }
             }
@@ -473,6 +475,20 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
     if let Some(half) = half_width_exact(b.problem, last) {
         for f32_cache in [last.f32_cache, !last.f32_cache] {
             consider(Knobs { f32_cache, ..half }, &mut best);
+        }
+    }
+    // The ticketed walk on the final layout (persistent grids only): its groups drawn in order,
+    // one or four per ticket.
+    let last = best.unwrap().0;
+    if last.max_cubes.is_some() {
+        for groups_per_ticket in [1, 4] {
+            consider(
+                Knobs {
+                    groups_per_ticket,
+                    ..last
+                },
+                &mut best,
+            );
         }
     }
     let (k, _) = best.unwrap();
@@ -1502,14 +1518,45 @@ fn ab(timer: &mut Timer) {
             copies.push(time_copy(timer, &b, 50));
         }
         let copy = median(&copies);
-        for (k, slot) in knobs.iter().zip(&times) {
+        let outputs = written_outputs(timer, &b, &knobs);
+        for ((k, slot), written) in knobs.iter().zip(&times).zip(&outputs) {
             let t_k = median(slot);
+            let differing = written
+                .iter()
+                .zip(&outputs[0])
+                .filter(|(a, b)| a != b)
+                .count();
             println!(
-                "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}",
+                "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}, {differing} \
+                 output bytes differ from the first knobs'",
                 t_k / copy
             );
         }
     }
+}
+
+/// The output bytes each of `knobs` writes, each launched once (after its timed runs) into an
+/// output filled with fresh random bytes: a config that skips rows, or whose counters a timed
+/// launch left wrong, differs from the first config where knobs of the same math agree bit for
+/// bit.
+fn written_outputs(timer: &mut Timer, b: &Buffers, knobs: &[Knobs]) -> Vec<Vec<u8>> {
+    let RowsProblem { rows, channels, .. } = b.problem;
+    let bytes = rows * channels * if b.fp8 { 1 } else { 2 };
+    knobs
+        .iter()
+        .map(|k| {
+            let poison = timer.random(BF16, bytes.div_ceil(4) * 2, -1e4, 2e4);
+            timer.copy(&poison, &b.out, bytes.div_ceil(4) * 4);
+            b.launch(&timer.client, k);
+            let mut written = timer
+                .client
+                .read_one(b.out.clone())
+                .expect("read the output")
+                .to_vec();
+            written.truncate(bytes);
+            written
+        })
+        .collect()
 }
 
 /// `copies`: the copy-roof experiment. Times the roof (`Timer::copy`) and [`CopyShape`] variants

@@ -239,6 +239,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         fast_math: false,
         prefetch: false,
         f32_cache: false,
+        groups_per_ticket: 0,
     }
 }
 
@@ -417,6 +418,35 @@ fn every_knob_path_writes_every_element() {
             }
         }
     }
+    // The ticketed walk (groups drawn in order from a counter, 1 or 3 groups per ticket, so a
+    // cube's last ticket is often cut short) on every persistent case so far, with and without
+    // prefetch, streaming rows and the shared reduction among them, plus a full grid. Each
+    // case launches once per dtype on one client, so a launch that left the counters non-zero
+    // would leave the next launch's output NaN.
+    let ticketed: Vec<_> = cases
+        .iter()
+        .filter(|(k, _, _)| k.max_cubes.is_some())
+        .enumerate()
+        .map(|(i, &(k, rows, channels))| {
+            (
+                Knobs {
+                    groups_per_ticket: if i % 2 == 0 { 1 } else { 3 },
+                    ..k
+                },
+                rows,
+                channels,
+            )
+        })
+        .chain([(
+            Knobs {
+                groups_per_ticket: 2,
+                ..knobs(4, 2, 2, 2, Shared)
+            },
+            9,
+            16,
+        )])
+        .collect();
+    cases.extend(ticketed);
     if on_gpu() {
         cases.extend(packed_cases());
     }
@@ -637,6 +667,24 @@ fn invalid_knobs_are_refused_with_a_reason() {
         let err = validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).unwrap_err();
         assert!(err.to_string().contains(needle), "{k:?}: {err}");
     }
+    // The ticketed walk's counters are 32-bit: 2^32 one-group tickets are refused; 2^32 - 4
+    // plus one cube's two spare draws still fit, and so do 2^32 groups two per ticket.
+    let ticketed = Knobs {
+        groups_per_ticket: 1,
+        max_cubes: Some(1),
+        ..knobs(4, 1, 1, 3, LaneReduce::Plane)
+    };
+    let rows = |rows| RowsProblem::dense(rows, 12);
+    let err = validate_knobs(&client, &ticketed, rows(1 << 32), &[0; 3], &[2; 3]).unwrap_err();
+    assert!(err.to_string().contains("32 bits"), "{err}");
+    validate_knobs(&client, &ticketed, rows((1 << 32) - 4), &[0; 3], &[2; 3])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pairs = Knobs {
+        groups_per_ticket: 2,
+        ..ticketed
+    };
+    validate_knobs(&client, &pairs, rows(1 << 32), &[0; 3], &[2; 3])
+        .unwrap_or_else(|e| panic!("{e}"));
     let misaligned = validate_knobs(
         &client,
         &knobs(4, 1, 1, 3, LaneReduce::Plane),
@@ -764,7 +812,15 @@ fn lut_configurations_match_the_reference() {
             .filter(|e| e.out == "bf16" || e.out == "fp8")
         {
             let k = e.knobs_for(sms);
-            let problem = RowsProblem::dense(777, e.channels);
+            // A ticketed walk on a GPU's persistent grid: rows enough for every cube's two
+            // tickets and a cut-short last one, so the drawing order is exercised.
+            let rows = match k.max_cubes {
+                Some(cubes) if k.groups_per_ticket > 0 => {
+                    (2 * cubes * k.groups_per_ticket) as usize * k.rows_per_step() + 777
+                }
+                _ => 777,
+            };
+            let problem = RowsProblem::dense(rows, e.channels);
             if validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).is_err() {
                 assert!(
                     !on_gpu() || table.sm != 90,
@@ -774,7 +830,7 @@ fn lut_configurations_match_the_reference() {
             }
             ran += 1;
             record_failure(&mut failures, &format!("sm{} {k}: ", table.sm), || {
-                check_knobs(k, 777, e.channels, DType::BF16, Activation::Silu)
+                check_knobs(k, rows, e.channels, DType::BF16, Activation::Silu)
             });
         }
     }

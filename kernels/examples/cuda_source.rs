@@ -117,6 +117,7 @@ fn main() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
+        BufferCompilationArg { inplace: None },
         (),
         (),
         (),

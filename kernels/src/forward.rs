@@ -15,6 +15,7 @@ use cubecl::server::Handle;
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
+use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
 /// element `r * x_row_stride`, row `r` of the output at `r * out_row_stride` (both `>= channels`;
@@ -540,6 +541,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     out: &mut [Vector<O, N>],
     out_words: &mut [Vector<u32, V>],
     amax_partial: &mut [f32],
+    tickets: &mut [Atomic<u32>],
     rows: usize,
     vecs_per_row: usize,
     x_row_stride: usize,
@@ -569,7 +571,12 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     let rows_per_step = comptime![rows_per_cube * rows_per_unit];
     #[allow(clippy::manual_div_ceil)]
     let groups = (rows + rows_per_step - 1) / rows_per_step;
-    let mut group = CUBE_POS;
+    // The walk over row groups: a fixed stride, or tickets drawn in order (`crate::tickets`).
+    let per_ticket = comptime![cfg.groups_per_ticket];
+    let walk_words = comptime![if per_ticket > 0 { WALK_WORDS } else { 1usize }];
+    let mut drawn = Shared::<[u32]>::new_slice(walk_words);
+    let mut walk = Array::<u32>::new(walk_words);
+    let mut group = walk_start(tickets, &mut drawn, &mut walk, per_ticket);
     let mut sums = Array::<f32>::new(rows_per_unit);
     // Row totals and prescales of the rare rescue pass (see `crate::rescue`).
     let mut rescued = Array::<f32>::new(rows_per_unit);
@@ -661,7 +668,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         while group < groups {
             let step_first_row = group * rows_per_step;
             let first_row = step_first_row + y;
-            let next = group + CUBE_COUNT;
+            let next = walk_next(&walk, group, per_ticket);
+            walk_draw(tickets, &mut walk, per_ticket);
             if comptime![cfg.prefetch] {
                 // The next group's loads go out before any arithmetic on this one.
                 if next < groups {
@@ -824,6 +832,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     stage_words::<W>(&next_regs, &mut staged, 0usize, slots, units);
                 }
             }
+            walk_advance(&mut drawn, &mut walk, per_ticket);
             group = next;
         }
     } else {
@@ -832,6 +841,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         while group < groups {
             let step_first_row = group * rows_per_step;
             let first_row = step_first_row + y;
+            let next = walk_next(&walk, group, per_ticket);
+            walk_draw(tickets, &mut walk, per_ticket);
             #[unroll]
             for r in 0..rows_per_unit {
                 let row = first_row + r * rows_per_cube;
@@ -936,9 +947,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     }
                 }
             }
-            group += CUBE_COUNT;
+            walk_advance(&mut drawn, &mut walk, per_ticket);
+            group = next;
         }
     }
+    walk_finish(tickets, &mut drawn, &walk, per_ticket);
     if comptime![cfg.output == Output::Fp8E4M3WithAmax] {
         let units = comptime![cfg.units_per_cube() as usize];
         amax_partial[CUBE_POS * units + UNIT_POS as usize] = amax;
@@ -1437,6 +1450,20 @@ pub fn validate_knobs(
     if knobs.max_cubes == Some(0) {
         return bad("max_cubes must be at least 1".into());
     }
+    // A ticketed walk draws a ticket per `groups_per_ticket` groups and then at most two more
+    // per cube (u32 tickets).
+    let groups = problem.rows.div_ceil(knobs.rows_per_step().max(1)) as u64;
+    let cubes = groups
+        .min(knobs.max_cubes.map_or(u64::MAX, u64::from))
+        .min(hw.max_cube_count.0 as u64);
+    let per_ticket = u64::from(knobs.groups_per_ticket);
+    if per_ticket > 0 && groups.div_ceil(per_ticket) + 2 * cubes >= u32::MAX as u64 {
+        return bad(format!(
+            "the ticketed walk (`.tk{per_ticket}`) counts tickets in 32 bits: {groups} groups \
+             of {} rows are too many; use more groups per ticket or a fixed stride",
+            knobs.rows_per_step()
+        ));
+    }
     if knobs.f32_cache && !knobs.prefetch {
         return bad(
             "f32_cache (`.f32`) converts the words staged by prefetch: it needs prefetch (`.pf`)"
@@ -1652,6 +1679,12 @@ pub fn launch_forward_to(
         1
     };
     let partial = client.empty(partial_len * 4);
+    // The ticket counters (a 1-word placeholder when the walk has a fixed stride; never read).
+    let (tickets, tickets_len) = if cfg.groups_per_ticket > 0 {
+        (crate::tickets::ticket_counters(client), 2)
+    } else {
+        (partial.clone(), 1)
+    };
     unsafe {
         rms_norm_rows::launch_unchecked(
             client,
@@ -1667,6 +1700,7 @@ pub fn launch_forward_to(
             BufferArg::from_raw_parts(out.clone(), out_len_typed),
             BufferArg::from_raw_parts(out, out_words_len),
             BufferArg::from_raw_parts(partial.clone(), partial_len),
+            BufferArg::from_raw_parts(tickets, tickets_len),
             rows,
             vecs_per_row,
             x_row_stride / vector_size,

@@ -68,6 +68,18 @@ pub struct Knobs {
     /// converted twice (sum of squares, then the output). Twice the registers for the cache,
     /// ~1.5 instructions per element fewer for bf16 in. Written `.f32`.
     pub f32_cache: bool,
+    /// With a count `k > 0`, a persistent grid's cubes draw their row groups in order from a
+    /// ticket counter, `k` consecutive groups per ticket, instead of walking them `CUBE_COUNT`
+    /// apart (0). Why: with a fixed stride the cubes drift apart, so the groups in flight
+    /// spread over an ever wider window of memory; drawn in order they stay one compact moving
+    /// window and a cube on a busier SM simply takes fewer groups (a grid-stride copy is 6-7%
+    /// slower than a full-grid one at 200-800 MB, a ticketed one about half of that). A cube
+    /// draws the ticket after next while it works through the current one and publishes it
+    /// with one barrier per ticket, so the prefetch always knows its next group; `k` spreads
+    /// that barrier over `k` groups. The counters live in a zeroed device buffer per client and
+    /// thread ([`crate::tickets`]); each launch's last cube sets them back to zero. Written
+    /// `.tk<k>`.
+    pub groups_per_ticket: u32,
 }
 
 /// The comptime part of [`Knobs`] plus the activation: what the kernel is specialised on.
@@ -83,6 +95,7 @@ pub struct RowConfig {
     pub fast_math: bool,
     pub prefetch: bool,
     pub f32_cache: bool,
+    pub groups_per_ticket: u32,
     /// `x` is bf16 (set at launch): the f32 cache converts its words with integer shifts.
     pub bf16_input: bool,
     pub output: Output,
@@ -152,6 +165,7 @@ impl Knobs {
             fast_math: self.fast_math && activation == Activation::Silu,
             prefetch: self.prefetch && cached,
             f32_cache: self.f32_cache && self.prefetch && cached,
+            groups_per_ticket: self.groups_per_ticket,
             bf16_input: false,
             output,
             saturating_cast: false,
@@ -208,7 +222,8 @@ impl RowConfig {
 impl core::fmt::Display for Knobs {
     /// Compact form, also accepted by [`Knobs::parse`]:
     /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap; `.fast` appended for
-    /// `fast_math`, then `.pf` for `prefetch`, then `.f32` for `f32_cache`).
+    /// `fast_math`, then `.pf` for `prefetch`, then `.f32` for `f32_cache`, then `.tk<k>`
+    /// for `groups_per_ticket` k > 0).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let reduce = match self.lane_reduce {
             LaneReduce::Plane => "plane",
@@ -241,6 +256,9 @@ impl core::fmt::Display for Knobs {
         if self.f32_cache {
             write!(f, ".f32")?;
         }
+        if self.groups_per_ticket > 0 {
+            write!(f, ".tk{}", self.groups_per_ticket)?;
+        }
         Ok(())
     }
 }
@@ -255,7 +273,16 @@ impl Knobs {
                  lane>.<plane|shared>.<greg|gsh|gglob>.m<max cubes|->, e.g. v8.l16.r8.u1.c3.plane.greg.m-"
             )
         };
-        let (fields, f32_cache) = match parts.as_slice() {
+        let (fields, groups_per_ticket) = match parts.as_slice() {
+            [fields @ .., tk] if fields.len() >= 8 && tk.starts_with("tk") => {
+                match tk[2..].parse::<u32>() {
+                    Ok(k) if k > 0 => (fields, k),
+                    _ => return Err(bad()),
+                }
+            }
+            fields => (fields, 0),
+        };
+        let (fields, f32_cache) = match fields {
             [fields @ .., "f32"] if fields.len() >= 8 => (fields, true),
             fields => (fields, false),
         };
@@ -299,6 +326,7 @@ impl Knobs {
             fast_math,
             prefetch,
             f32_cache,
+            groups_per_ticket,
         })
     }
 }
@@ -321,6 +349,7 @@ mod tests {
             fast_math: false,
             prefetch: false,
             f32_cache: false,
+            groups_per_ticket: 0,
         };
         assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
         assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
@@ -346,6 +375,17 @@ mod tests {
             assert!(k.to_string().ends_with(&format!("m-{tail}")));
             assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
         }
+        let k = Knobs {
+            max_cubes: Some(1056),
+            prefetch: true,
+            groups_per_ticket: 4,
+            ..k
+        };
+        assert!(k.to_string().ends_with("m1056.pf.tk4"));
+        assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.tk1.pf").is_err());
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.tk0").is_err());
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.tk").is_err());
         assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.pf.fast").is_err());
         assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.f32.pf").is_err());
         assert!(Knobs::parse("v8.l16").unwrap_err().contains("expected"));

@@ -15,6 +15,7 @@
 //! - [`reference`]: an f64 host reference of the same function, for tests and demos;
 //! - [`nvfp4`]: the NVFP4 row kernel (E2M1 values, E4M3 block scales, two recipes, two scale
 //!   layouts);
+//! - [`tickets`]: ticket counters for persistent grids that draw their work in order;
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
 pub mod backward;
@@ -29,6 +30,7 @@ pub mod quant;
 pub mod reference;
 pub mod rescue;
 pub mod select;
+pub mod tickets;
 pub mod timing;
 
 pub use forward::{ForwardError, RowsProblem, launch_forward};

@@ -355,6 +355,7 @@ pub fn heuristic_knobs(
         fast_math: has_ptx_math(client),
         prefetch: false,
         f32_cache: false,
+        groups_per_ticket: 0,
     }
 }
 

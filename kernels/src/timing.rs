@@ -7,6 +7,8 @@ use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::tickets::{draw_ticket, finish_tickets, ticket_counters};
+
 /// Bytes written between timed runs to evict the inputs from L2 (the H200 has 60 MB).
 pub const FLUSH_BYTES: usize = 256 << 20;
 
@@ -134,16 +136,15 @@ fn copy_ticketed<N: Size>(
 ) {
     let tiles = len.div_ceil(CUBE_DIM as usize * per_unit);
     let mut drawn = Shared::<[u32]>::new_slice(2usize);
+    let first = draw_ticket(counters);
     if UNIT_POS == 0 {
-        drawn[0] = counters[0].fetch_add(1u32);
+        drawn[0] = first;
     }
     sync_cube();
     let mut t = drawn[0] as usize;
     let mut parity = 1usize;
     while t < tiles {
-        if UNIT_POS == 0 {
-            drawn[parity] = counters[0].fetch_add(1u32);
-        }
+        let next = draw_ticket(counters);
         copy_tile::<N>(
             input,
             output,
@@ -151,17 +152,14 @@ fn copy_ticketed<N: Size>(
             len,
             per_unit,
         );
+        if UNIT_POS == 0 {
+            drawn[parity] = next;
+        }
         sync_cube();
         t = drawn[parity] as usize;
         parity = 1 - parity;
     }
-    if UNIT_POS == 0 {
-        let done = counters[1].fetch_add(1u32);
-        if done + 1 == CUBE_COUNT as u32 {
-            counters[0].store(0u32);
-            counters[1].store(0u32);
-        }
-    }
+    finish_tickets(counters);
 }
 
 /// How [`Timer::copy_shaped`] copies: `per_unit` vectors per unit and tile, `cube_dim` units a
@@ -180,8 +178,6 @@ pub struct Timer {
     pub client: Client,
     flush: Handle,
     seed: u32,
-    /// Two zeroed u32 ticket counters for [`copy_ticketed`] (zero again after every launch).
-    counters: Handle,
 }
 
 impl Timer {
@@ -191,12 +187,10 @@ impl Timer {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0x1234_5678);
-        let counters = client.create_from_slice(&[0u8; 8]);
         Self {
             client,
             flush,
             seed,
-            counters,
         }
     }
 
@@ -264,7 +258,7 @@ impl Timer {
         let cubes = CubeCount::new_1d(cubes as u32);
         let address = cubecl::ir::AddressType::from_len(bytes / 4);
         // SAFETY: `src` and `dst` hold at least `bytes` bytes, `len` vectors of 4 words;
-        // `counters` two zeroed u32.
+        // the ticket counters two zeroed u32.
         unsafe {
             if shape.ticketed {
                 copy_ticketed::launch_unchecked(
@@ -275,7 +269,7 @@ impl Timer {
                     4,
                     BufferArg::from_raw_parts(src.clone(), len),
                     BufferArg::from_raw_parts(dst.clone(), len),
-                    BufferArg::from_raw_parts(self.counters.clone(), 2),
+                    BufferArg::from_raw_parts(ticket_counters(&self.client), 2),
                     len,
                     shape.per_unit,
                 );
