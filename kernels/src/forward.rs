@@ -3,8 +3,9 @@
 //!
 //! Mapping: a cube is `lanes_per_row x rows_per_cube` units; lane `l` of a row owns the vectors
 //! `l, l + lanes, l + 2 lanes, ...` of that row, so a plane's loads are contiguous. Cubes walk
-//! the row groups with a grid stride, so a capped grid is persistent: gamma is loaded into
-//! registers once per unit and reused for every row it handles. Every unit of a cube runs the
+//! the row groups with a grid stride or draw them in order from a ticket counter
+//! ([`crate::tickets`], `Knobs::groups_per_ticket`), so a capped grid is persistent: gamma is
+//! loaded into registers once per unit and reused for every row it handles. Every unit of a cube runs the
 //! same number of iterations (rows past the end are masked, not skipped), which keeps cube
 //! barriers of the shared-memory reduction uniform.
 
