@@ -977,10 +977,16 @@ fn table_derived_fallback_is_valid_and_correct() {
     let device = cube_device();
     let client = device.client();
     for channels in [48usize, 200, 768, 1536, 2048, 4096, 33, 1000] {
-        for rows in [1000usize, 50_000] {
+        for rows in [1000usize, 50_000, 399_360] {
             let problem = RowsProblem::dense(rows, channels);
             match table_derived_knobs(&client, problem, 2, 2, 256) {
                 Some(k) => {
+                    // The ticketed walk stays with the width it was measured on (the sm_90
+                    // table's ticketed entries at C = 640 and 1024 are nearest to 768 and 1536+).
+                    assert_eq!(
+                        k.groups_per_ticket, 0,
+                        "C={channels} T={rows}: {k} takes a ticketed walk to another width"
+                    );
                     if channels > 2048 {
                         assert!(
                             k.vectors_per_lane * k.rows_per_unit as usize <= 2,

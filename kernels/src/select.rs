@@ -254,6 +254,14 @@ pub fn table_derived_knobs(
         } else {
             LaneReduce::Shared
         },
+        // The ticketed walk pays only for row groups of the sizes it was measured on (8-16 KB
+        // at T = 399360; groups of a few KB and the shared-memory reduction lose up to 30% with
+        // it, H200 2026-12-02): another width walks with the grid stride.
+        groups_per_ticket: if problem.channels == entry.channels {
+            base.groups_per_ticket
+        } else {
+            0
+        },
         ..base
     };
     // The entry's prefetch carries over where it can run here (not, e.g., with the 2-byte
