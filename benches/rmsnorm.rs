@@ -478,14 +478,23 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
         }
     }
     // The ticketed walk on the final layout (persistent grids only): its groups drawn in order,
-    // one or four per ticket.
+    // one or four per ticket, and one per ticket with twice the rows per unit (tickets paid on
+    // the H200 with groups of 8-16 KB, 2026-12-02).
     let last = best.unwrap().0;
     if last.max_cubes.is_some() {
-        for groups_per_ticket in [1, 4] {
+        let doubled = Knobs {
+            rows_per_unit: last.rows_per_unit * 2,
+            ..last
+        };
+        let mut ticketed = vec![(last, 1), (last, 4)];
+        if doubled.vectors_per_lane * doubled.rows_per_unit as usize <= 16 {
+            ticketed.push((doubled, 1));
+        }
+        for (k, groups_per_ticket) in ticketed {
             consider(
                 Knobs {
                     groups_per_ticket,
-                    ..last
+                    ..k
                 },
                 &mut best,
             );

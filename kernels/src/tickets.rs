@@ -1,5 +1,5 @@
 //! Ticket counters: how the cubes of a persistent grid draw their work in order (the row
-//! kernel's `.tk` knob, and the copy-roof experiment's ticketed copy).
+//! kernel's `.tk<k>` knob, and the copy-roof experiment's ticketed copy).
 //!
 //! Two u32 counters in device memory: `[0]` hands out tickets (work items in order), `[1]`
 //! counts the cubes that are done. The last cube to finish sets both back to zero, so the
