@@ -507,7 +507,7 @@ fn ticketed_walks_match_the_reference() {
             11,
             96,
         ),
-        (tk(knobs(4, 2, 2, 2, Shared), 2), 9, 16),
+        (tk(knobs(4, 2, 1, 2, Shared), 2), 9, 16),
     ];
     if on_gpu() {
         let fast = |k: Knobs| Knobs {

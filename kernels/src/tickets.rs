@@ -97,6 +97,7 @@ pub(crate) fn walk_next(walk: &Array<u32>, group: usize, #[comptime] per_ticket:
 /// At the first group of a ticket unit 0 draws the ticket after the next one; its value is
 /// needed only when the ticket ends, so the atomic's latency hides behind the work.
 #[cube]
+#[allow(clippy::collapsible_if)] // a comptime branch holds a runtime one
 pub(crate) fn walk_draw(
     tickets: &mut [Atomic<u32>],
     walk: &mut Array<u32>,
