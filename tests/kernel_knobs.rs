@@ -422,7 +422,12 @@ fn every_knob_path_writes_every_element() {
         cases.extend(packed_cases());
     }
     cases.push((knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8));
-    // Every case runs; the failures are reported together. RMSNORM_KNOB_CASE=i runs case i only.
+    check_cases_in_every_dtype(cases);
+}
+
+/// Checks each `(knobs, rows, C)` case in bf16, f32 and f16 ([`check_knobs`]). Every case runs;
+/// the failures are reported together. RMSNORM_KNOB_CASE=i runs case i only.
+fn check_cases_in_every_dtype(cases: Vec<(Knobs, usize, usize)>) {
     let only: Option<usize> = std::env::var("RMSNORM_KNOB_CASE")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -568,15 +573,7 @@ fn ticketed_walks_match_the_reference() {
             ),
         ]);
     }
-    let mut failures = Vec::new();
-    for (i, (k, rows, channels)) in cases.into_iter().enumerate() {
-        for dtype in [DType::BF16, DType::F32, DType::F16] {
-            record_failure(&mut failures, &format!("case {i}: "), || {
-                check_knobs(k, rows, channels, dtype, Activation::Silu)
-            });
-        }
-    }
-    assert_no_failures(&failures);
+    check_cases_in_every_dtype(cases);
 }
 
 /// Lane counts that are not powers of two, rows packed side by side into planes of 32 (CUDA):

@@ -1453,12 +1453,9 @@ pub fn validate_knobs(
     }
     // A ticketed walk draws a ticket per `groups_per_ticket` groups and then at most two more
     // per cube (u32 tickets).
-    let groups = problem.rows.div_ceil(knobs.rows_per_step().max(1)) as u64;
-    let cubes = groups
-        .min(knobs.max_cubes.map_or(u64::MAX, u64::from))
-        .min(hw.max_cube_count.0 as u64);
-    let per_ticket = u64::from(knobs.groups_per_ticket);
-    if per_ticket > 0 && groups.div_ceil(per_ticket) + 2 * cubes >= u32::MAX as u64 {
+    let (groups, cubes) = knobs.groups_and_cubes(problem.rows, hw.max_cube_count.0 as usize);
+    let per_ticket = knobs.groups_per_ticket as usize;
+    if per_ticket > 0 && groups.div_ceil(per_ticket) + 2 * cubes >= u32::MAX as usize {
         return bad(format!(
             "the ticketed walk (`.tk{per_ticket}`) counts tickets in 32 bits: {groups} groups \
              of {} rows are too many; use more groups per ticket or a fixed stride",
@@ -1646,11 +1643,8 @@ pub fn launch_forward_to(
         && vector_size.is_multiple_of(4)
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);
     let vecs_per_row = channels / vector_size;
-    let groups = rows.div_ceil(knobs.rows_per_step());
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
-    let cubes = groups
-        .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
-        .min(max_grid);
+    let (_, cubes) = knobs.groups_and_cubes(rows, max_grid);
     let x_len = (rows - 1) * x_row_stride / vector_size + vecs_per_row;
     let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
     let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);

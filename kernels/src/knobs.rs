@@ -135,6 +135,16 @@ impl Knobs {
         self.rows_per_cube as usize * self.rows_per_unit as usize
     }
 
+    /// The launch's row groups and cubes for `rows` rows: one cube per group, at most
+    /// `max_cubes` and the device's `max_grid`.
+    pub fn groups_and_cubes(&self, rows: usize, max_grid: usize) -> (usize, usize) {
+        let groups = rows.div_ceil(self.rows_per_step().max(1));
+        let cubes = groups
+            .min(self.max_cubes.map_or(usize::MAX, |m| m as usize))
+            .min(max_grid);
+        (groups, cubes)
+    }
+
     /// The comptime configuration for rows of `channels` elements: settings that cannot apply
     /// are normalised (no register cache means streaming with gamma from global memory; one
     /// lane means no lane reduction), so equivalent knobs share one compiled kernel.
