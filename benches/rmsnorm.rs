@@ -1326,7 +1326,8 @@ fn quant(timer: &mut Timer, args: &Args) {
     let client = timer.client.clone();
     let mut csv = String::from(
         "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
-         nvfp4_ratio,nvfp4_best_knobs\n",
+         nvfp4_ratio,nvfp4_best_knobs,fp8_read_heavy_copy_us,fp8_read_heavy_ratio,\
+         nvfp4_read_heavy_copy_us,nvfp4_read_heavy_ratio\n",
     );
     let tokens: &[usize] = if args.quick {
         &[99_840]
@@ -1347,6 +1348,15 @@ fn quant(timer: &mut Timer, args: &Args) {
                 let half = (bytes / 2).div_ceil(16) * 16;
                 median(&timer.time(2, 50, || timer.copy(&b.x, &scratch, half)))
             };
+            // The same bytes moved as the kernels move them (2 read per element; 1 written for
+            // FP8, 1/2 + 1/16 for NVFP4), a second roof next to the half-and-half copy.
+            let read_heavy = |num: usize, den: usize| {
+                median(&timer.time(2, 50, || {
+                    timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, num, den)
+                }))
+            };
+            let fp8_rw_copy = read_heavy(1, 2);
+            let nv_rw_copy = read_heavy(9, 32);
             // FP8: the row kernel's selected knobs.
             let fp8_copy = copy_of(n * 3);
             // The FP8 table's knobs (then the bf16 table's, the derived ones, the heuristic).
@@ -1473,20 +1483,26 @@ fn quant(timer: &mut Timer, args: &Args) {
             };
             writeln!(
                 csv,
-                "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{}",
+                "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{},\
+                 {fp8_rw_copy:.2},{:.3},{nv_rw_copy:.2},{:.3}",
                 fp8 / fp8_copy,
                 best_time / nv_copy,
-                best.0
+                best.0,
+                fp8 / fp8_rw_copy,
+                best_time / nv_rw_copy,
             )
             .unwrap();
             println!(
                 "C={c:5} T={t:7}: fp8 {fp8:8.2} us (copy {fp8_copy:8.2}, x{:.3}) | nvfp4 heuristic \
                  {h_time:8.2} us, best {best_time:8.2} us {} (copy {nv_copy:8.2}, x{:.3}, \
-                 heuristic x{:.3})",
+                 heuristic x{:.3}) | read-heavy copies: fp8 {fp8_rw_copy:8.2} us (x{:.3}), nvfp4 \
+                 {nv_rw_copy:8.2} us (x{:.3})",
                 fp8 / fp8_copy,
                 best.0,
                 best_time / nv_copy,
-                h_time / nv_copy
+                h_time / nv_copy,
+                fp8 / fp8_rw_copy,
+                best_time / nv_rw_copy,
             );
         }
     }
@@ -1520,13 +1536,22 @@ fn ab(timer: &mut Timer) {
             .collect();
         let mut times = vec![Vec::new(); knobs.len()];
         let mut copies = Vec::new();
+        // FP8 out: also the read-heavy copy (2 bytes read, 1 written per element).
+        let mut read_heavy = Vec::new();
+        let n = b.problem.rows * b.problem.channels;
         for _ in 0..5 {
             for (k, slot) in knobs.iter().zip(&mut times) {
                 slot.push(time_knobs(timer, &b, k, 50));
             }
             copies.push(time_copy(timer, &b, 50));
+            if b.fp8 {
+                read_heavy.push(median(&timer.time(2, 50, || {
+                    timer.copy_read_heavy(&b.x, &b.out, n * 2 / 16 * 16, 1, 2)
+                })));
+            }
         }
         let copy = median(&copies);
+        let rw_copy = median(&read_heavy);
         let outputs = written_outputs(timer, &b, &knobs);
         for ((k, slot), written) in knobs.iter().zip(&times).zip(&outputs) {
             let t_k = median(slot);
@@ -1535,9 +1560,14 @@ fn ab(timer: &mut Timer) {
                 .zip(&outputs[0])
                 .filter(|(a, b)| a != b)
                 .count();
+            let rw = if b.fp8 {
+                format!(" (read-heavy copy {rw_copy:.2} us, x{:.3})", t_k / rw_copy)
+            } else {
+                String::new()
+            };
             println!(
-                "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}, {differing} \
-                 output bytes differ from the first knobs'",
+                "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}{rw}, \
+                 {differing} output bytes differ from the first knobs'",
                 t_k / copy
             );
         }

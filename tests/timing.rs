@@ -49,3 +49,31 @@ fn the_copy_roof_and_the_copy_shapes_copy_exactly() {
         }
     }
 }
+
+/// The read-heavy copy (the FP8 and NVFP4 roofs: 2 bytes read per element, 1 or 9/16 written)
+/// writes exactly `read / 16 * num / den` vectors, vector `j` from the unit that first reaches
+/// it (input vector `ceil((j + 1) den / num) - 1`), and nothing past them.
+#[test]
+fn the_read_heavy_copy_writes_its_share_of_the_vectors() {
+    let client = cube_device().client();
+    let timer = Timer::new(client.clone());
+    let mut rng = rng("read_heavy_copy");
+    for vectors in [1usize, 7, 1003, 2 * 256 + 5] {
+        let bytes: Vec<u8> = (0..16 * vectors).map(|_| rng.random()).collect();
+        for (num, den) in [(1, 2), (9, 32), (1, 1), (0, 1)] {
+            let got = copied(&timer, &bytes, |t, s, d| {
+                t.copy_read_heavy(s, d, bytes.len(), num, den)
+            });
+            let written = vectors * num / den;
+            for (j, out) in got.chunks(16).enumerate() {
+                let want: &[u8] = if j < written {
+                    let i = ((j + 1) * den).div_ceil(num) - 1;
+                    &bytes[16 * i..16 * i + 16]
+                } else {
+                    &[0xa5; 16]
+                };
+                assert_eq!(out, want, "{vectors} vectors, {num}/{den}: vector {j}");
+            }
+        }
+    }
+}

@@ -46,6 +46,31 @@ fn copy_vectors<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, N>]
     }
 }
 
+/// One vector read per unit on a full grid, and `write_num / write_den` of the units (spread
+/// evenly: unit `i` writes vector `i * write_num / write_den` when that index is new) storing
+/// theirs: the traffic of a kernel that reads more bytes than it writes (the FP8 output reads
+/// 2 bytes and writes 1 per element, NVFP4 2 and 9/16), as one copy. `never` is 0: a
+/// condition on the loaded value that the compiler cannot fold, so every unit loads.
+#[cube(launch_unchecked, address_type = "dynamic")]
+fn copy_read_heavy<N: Size>(
+    input: &[Vector<u32, N>],
+    output: &mut [Vector<u32, N>],
+    len: usize,
+    never: u32,
+    #[comptime] write_num: usize,
+    #[comptime] write_den: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < len {
+        let v = input[i];
+        let j = i * write_num / write_den;
+        let writes = (i + 1) * write_num / write_den > j;
+        if writes || (v.extract(0usize) & never) != 0u32 {
+            output[j] = v;
+        }
+    }
+}
+
 /// Grid-stride copy of `len` vectors, four per unit and step (all four loads before the
 /// stores): more bytes in flight per unit than [`copy_vectors`], as torch's vectorised copy
 /// does. A second roof for the benchmarks (`Timer::copy_unrolled`).
@@ -242,6 +267,46 @@ impl Timer {
     /// [`Timer::copy`] with four vectors per unit and step ([`copy_vectors_x4`]).
     pub fn copy_unrolled(&self, src: &Handle, dst: &Handle, bytes: usize) {
         self.launch_copy(src, dst, bytes, true);
+    }
+
+    /// Reads `read_bytes` (a multiple of 16) from `src` and writes `write_num / write_den` of
+    /// that many bytes to `dst` ([`copy_read_heavy`], one 16-byte vector per unit on a full
+    /// grid): the roof of an output that is smaller than its input, read and written bytes
+    /// each as the kernel moves them. Writes `read_bytes / 16 * write_num / write_den` vectors.
+    pub fn copy_read_heavy(
+        &self,
+        src: &Handle,
+        dst: &Handle,
+        read_bytes: usize,
+        write_num: usize,
+        write_den: usize,
+    ) {
+        assert!(
+            read_bytes.is_multiple_of(16) && write_num <= write_den && write_den > 0,
+            "copy_read_heavy: read_bytes a multiple of 16, write_num <= write_den"
+        );
+        let len = read_bytes / 16;
+        let written = len * write_num / write_den;
+        let max = self.client.properties().hardware.max_cube_count.0 as usize;
+        let cubes = CubeCount::new_1d(len.div_ceil(256).clamp(1, max) as u32);
+        let address = cubecl::ir::AddressType::from_len(read_bytes / 4 * write_num.max(1));
+        // SAFETY: `src` holds `len` vectors of 4 words, `dst` at least `written`; unit `i`
+        // writes index `i * write_num / write_den < written` only.
+        unsafe {
+            copy_read_heavy::launch_unchecked(
+                &self.client,
+                cubes,
+                CubeDim::new_1d(256),
+                address,
+                4,
+                BufferArg::from_raw_parts(src.clone(), len),
+                BufferArg::from_raw_parts(dst.clone(), written.max(1)),
+                len,
+                0,
+                write_num,
+                write_den,
+            );
+        }
     }
 
     /// Copies `bytes` bytes (a multiple of 16) as `shape` says ([`copy_tiles`]).
