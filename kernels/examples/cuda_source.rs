@@ -72,8 +72,16 @@ fn cube_settings(lanes: u32, rows: u32) -> KernelSettings {
 
 /// Prints the CUDA C++ that cubecl generates for `definition`.
 fn print_cuda(definition: KernelDefinition) {
+    // The features cubecl's CUDA runtime turns on for sm_90 (scalars as a `__grid_constant__`
+    // parameter, not a global buffer: the SASS reads them from the constant bank as on the
+    // device).
+    let mut options = CompilationOptions::default();
+    options.supports_features.grid_constants = true;
+    options.supports_features.fast_tanh = true;
+    options.supports_features.clusters = true;
+    options.supports_features.elect_sync = true;
     let source = CppCompiler::<Cuda>::default()
-        .compile(definition, &CompilationOptions::default())
+        .compile(definition, &options)
         .expect("compile")
         .source;
     println!("{source}");
