@@ -1327,7 +1327,7 @@ fn quant(timer: &mut Timer, args: &Args) {
     let mut csv = String::from(
         "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
          nvfp4_ratio,nvfp4_best_knobs,fp8_read_heavy_copy_us,fp8_read_heavy_ratio,\
-         nvfp4_read_heavy_copy_us,nvfp4_read_heavy_ratio\n",
+         nvfp4_read_heavy_copy_us,nvfp4_read_heavy_ratio,fp8_two_to_one_copy_us\n",
     );
     let tokens: &[usize] = if args.quick {
         &[99_840]
@@ -1356,6 +1356,10 @@ fn quant(timer: &mut Timer, args: &Args) {
                 }))
             };
             let fp8_rw_copy = read_heavy(1, 2);
+            // The same 2:1 traffic with two loads and one store in every unit.
+            let fp8_two_to_one = median(&timer.time(2, 50, || {
+                timer.copy_two_to_one(&b.x, &scratch, n * 2 / 32 * 32)
+            }));
             let nv_rw_copy = read_heavy(9, 32);
             // FP8: the row kernel's selected knobs.
             let fp8_copy = copy_of(n * 3);
@@ -1484,7 +1488,7 @@ fn quant(timer: &mut Timer, args: &Args) {
             writeln!(
                 csv,
                 "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{},\
-                 {fp8_rw_copy:.2},{:.3},{nv_rw_copy:.2},{:.3}",
+                 {fp8_rw_copy:.2},{:.3},{nv_rw_copy:.2},{:.3},{fp8_two_to_one:.2}",
                 fp8 / fp8_copy,
                 best_time / nv_copy,
                 best.0,
@@ -1495,8 +1499,8 @@ fn quant(timer: &mut Timer, args: &Args) {
             println!(
                 "C={c:5} T={t:7}: fp8 {fp8:8.2} us (copy {fp8_copy:8.2}, x{:.3}) | nvfp4 heuristic \
                  {h_time:8.2} us, best {best_time:8.2} us {} (copy {nv_copy:8.2}, x{:.3}, \
-                 heuristic x{:.3}) | read-heavy copies: fp8 {fp8_rw_copy:8.2} us (x{:.3}), nvfp4 \
-                 {nv_rw_copy:8.2} us (x{:.3})",
+                 heuristic x{:.3}) | read-heavy copies: fp8 {fp8_rw_copy:8.2} us (x{:.3}; two \
+                 loads per unit {fp8_two_to_one:8.2} us), nvfp4 {nv_rw_copy:8.2} us (x{:.3})",
                 fp8 / fp8_copy,
                 best.0,
                 best_time / nv_copy,

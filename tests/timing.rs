@@ -77,3 +77,28 @@ fn the_read_heavy_copy_writes_its_share_of_the_vectors() {
         }
     }
 }
+
+/// The two-to-one copy writes, per 16-byte vector `i` of the first half, the XOR of input
+/// vectors `i` and `i + half`, and nothing past the half.
+#[test]
+fn the_two_to_one_copy_writes_the_xor_of_the_halves() {
+    let client = cube_device().client();
+    let timer = Timer::new(client.clone());
+    let mut rng = rng("two_to_one_copy");
+    for half in [1usize, 5, 2 * 256 + 3] {
+        let bytes: Vec<u8> = (0..32 * half).map(|_| rng.random()).collect();
+        let got = copied(&timer, &bytes, |t, s, d| {
+            t.copy_two_to_one(s, d, bytes.len())
+        });
+        let (low, high) = bytes.split_at(16 * half);
+        let want: Vec<u8> = low.iter().zip(high).map(|(a, b)| a ^ b).collect();
+        assert!(
+            got[..16 * half] == want[..],
+            "{half} vectors: the XOR differs"
+        );
+        assert!(
+            got[16 * half..].iter().all(|&b| b == 0xa5),
+            "{half}: wrote past the half"
+        );
+    }
+}

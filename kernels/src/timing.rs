@@ -71,6 +71,17 @@ fn copy_read_heavy<N: Size>(
     }
 }
 
+/// The FP8 output's traffic with every unit busy: unit `i` reads vectors `i` and `i + half`
+/// and writes their XOR to `output[i]` (`half` vectors written, `2 half` read): a second shape
+/// of [`copy_read_heavy`]'s 2:1 traffic, 48 bytes per unit instead of 24.
+#[cube(launch_unchecked, address_type = "dynamic")]
+fn copy_two_to_one<N: Size>(input: &[Vector<u32, N>], output: &mut [Vector<u32, N>], half: usize) {
+    let i = ABSOLUTE_POS;
+    if i < half {
+        output[i] = input[i] ^ input[i + half];
+    }
+}
+
 /// Grid-stride copy of `len` vectors, four per unit and step (all four loads before the
 /// stores): more bytes in flight per unit than [`copy_vectors`], as torch's vectorised copy
 /// does. A second roof for the benchmarks (`Timer::copy_unrolled`).
@@ -305,6 +316,33 @@ impl Timer {
                 0,
                 write_num,
                 write_den,
+            );
+        }
+    }
+
+    /// Reads `read_bytes` (a multiple of 32) from `src` and writes the XOR of its two halves
+    /// (`read_bytes / 2` bytes) to `dst` ([`copy_two_to_one`]: two 16-byte loads and one store
+    /// per unit on a full grid).
+    pub fn copy_two_to_one(&self, src: &Handle, dst: &Handle, read_bytes: usize) {
+        assert!(
+            read_bytes.is_multiple_of(32),
+            "copy_two_to_one: read_bytes a multiple of 32"
+        );
+        let half = read_bytes / 32;
+        let max = self.client.properties().hardware.max_cube_count.0 as usize;
+        let cubes = CubeCount::new_1d(half.div_ceil(256).clamp(1, max) as u32);
+        let address = cubecl::ir::AddressType::from_len(read_bytes / 4);
+        // SAFETY: `src` holds `2 half` vectors of 4 words, `dst` at least `half`.
+        unsafe {
+            copy_two_to_one::launch_unchecked(
+                &self.client,
+                cubes,
+                CubeDim::new_1d(256),
+                address,
+                4,
+                BufferArg::from_raw_parts(src.clone(), 2 * half),
+                BufferArg::from_raw_parts(dst.clone(), half.max(1)),
+                half,
             );
         }
     }
