@@ -700,11 +700,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     #[unroll]
                     for i in 0..vpl {
                         if active && lane + i * lanes < vecs_per_row {
-                            let f = cached::<E, N>(&xs, &xf, r * vpl + i, cfg);
-                            acc += f * f;
+                            let f = cached::<E, N, W>(&xs, &xf, r * vpl + i, cfg);
+                            add_squares::<N>(&mut acc, f, vpl);
                         }
                     }
-                    sums[r] = horizontal_sum::<N>(acc);
+                    sums[r] = squares_total::<N>(acc, vpl);
                 }
             } else {
                 #[unroll]
@@ -720,10 +720,10 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                             let v = x[base + j];
                             xs[r * vpl + i] = v;
                             let f = Vector::<f32, N>::cast_from(v);
-                            acc += f * f;
+                            add_squares::<N>(&mut acc, f, vpl);
                         }
                     }
-                    sums[r] = horizontal_sum::<N>(acc);
+                    sums[r] = squares_total::<N>(acc, vpl);
                 }
             }
             let rescue = lane_sums(
@@ -750,11 +750,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     for i in 0..vpl {
                         let j = lane + i * lanes;
                         if active && j < vecs_per_row {
-                            let f = cached::<E, N>(&xs, &xf, r * vpl + i, cfg) * p;
-                            acc += f * f;
+                            let f = cached::<E, N, W>(&xs, &xf, r * vpl + i, cfg) * p;
+                            add_squares::<N>(&mut acc, f, vpl);
                         }
                     }
-                    rescued[r] = horizontal_sum::<N>(acc);
+                    rescued[r] = squares_total::<N>(acc, vpl);
                 }
                 lane_sums(
                     &mut rescued,
@@ -780,7 +780,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     let scale = inv_rms(sums[r], inv_channels, eps, floor);
                     amax = nan_max(
                         amax,
-                        store_cached_row::<E, G, O, N, V>(
+                        store_cached_row::<E, G, O, N, W, V>(
                             &xs,
                             &xf,
                             &g_regs,
@@ -805,7 +805,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     let scale = inv_rms(rescued[r], inv_channels, eps * p * p, floor * p * p);
                     amax = nan_max(
                         amax,
-                        store_cached_row::<E, G, O, N, V>(
+                        store_cached_row::<E, G, O, N, W, V>(
                             &xs,
                             &xf,
                             &g_regs,
@@ -1059,8 +1059,14 @@ fn load_rows<W: Size>(
 }
 
 /// Slot `k` of the register cache in f32 (converted here, or already f32 with `f32_cache`).
+/// Staged bf16 (prefetch, `W` words per vector) with one vector per lane converts through the
+/// words, as [`words_to_f32`]: one integer instruction per value, where the compiler's bf16
+/// cast spends a byte permute more on each high half (FP8 C = 64, T = 399360: 6.6% faster on
+/// the H200). With more vectors per lane the compiler's cast stays: it keeps the converted
+/// values for the output pass instead (more registers, fewer instructions), which measured
+/// faster there (FP8 C = 1024, T = 99840: 5% slower through the words).
 #[cube]
-fn cached<E: Float, N: Size>(
+fn cached<E: Float, N: Size, W: Size>(
     xs: &Array<Vector<E, N>>,
     xf: &Array<Vector<f32, N>>,
     k: usize,
@@ -1068,9 +1074,58 @@ fn cached<E: Float, N: Size>(
 ) -> Vector<f32, N> {
     if comptime![cfg.f32_cache] {
         xf[k]
+    } else if comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1] {
+        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(xs[k]), true)
     } else {
         Vector::<f32, N>::cast_from(xs[k])
     }
+}
+
+/// Adds the squares of `f`, one of a lane's `vectors` vectors of a row, to `acc`: the vector
+/// of partial sums (`N` independent chains across the vectors), or with one vector per lane
+/// its [`sum_squares`] in element 0. [`squares_total`] then gives the lane's sum.
+#[cube]
+pub(crate) fn add_squares<N: Size>(
+    acc: &mut Vector<f32, N>,
+    f: Vector<f32, N>,
+    #[comptime] vectors: usize,
+) {
+    if comptime![vectors == 1] {
+        acc.insert(0usize, sum_squares::<N>(f));
+    } else {
+        *acc += f * f;
+    }
+}
+
+/// The lane's sum of an [`add_squares`] accumulator.
+#[cube]
+pub(crate) fn squares_total<N: Size>(acc: Vector<f32, N>, #[comptime] vectors: usize) -> f32 {
+    if comptime![vectors == 1] {
+        acc.extract(0usize)
+    } else {
+        horizontal_sum::<N>(acc)
+    }
+}
+
+/// `sum(f^2)` in two chains of fused multiply-adds (even and odd elements) and one add: 9
+/// instructions for 8 values where squaring into a vector and adding its elements up takes
+/// 15. For a lane that holds one vector of its row; with several, the vector of partial sums
+/// (`N` independent chains across the vectors) stays cheaper per value.
+#[cube]
+pub(crate) fn sum_squares<N: Size>(f: Vector<f32, N>) -> f32 {
+    let mut even = 0.0f32;
+    let mut odd = 0.0f32;
+    #[unroll]
+    for k in 0..N::value() {
+        let v = f.extract(k);
+        // `k` is a constant after unrolling: the branch folds away.
+        if k % 2 == 0 {
+            even = fma(v, v, even);
+        } else {
+            odd = fma(v, v, odd);
+        }
+    }
+    even + odd
 }
 
 /// A staged vector of words as f32 values: bf16 by integer operations on each word (element
@@ -1213,7 +1268,7 @@ fn write_vector<O: Float, N: Size, V: Size>(
 /// rows (`prescaled`), so ordinary rows pay nothing for it.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
+fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     xs: &Array<Vector<E, N>>,
     xf: &Array<Vector<f32, N>>,
     g_regs: &Array<Vector<f32, N>>,
@@ -1249,7 +1304,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, V: Size>(
                 GammaIn::Shared => g = g_shared[j],
                 GammaIn::Global => g = Vector::<f32, N>::cast_from(gamma[j]),
             }
-            let mut v = cached::<E, N>(xs, xf, r * vpl + i, cfg);
+            let mut v = cached::<E, N, W>(xs, xf, r * vpl + i, cfg);
             if comptime![prescaled] {
                 v *= pv;
             }
