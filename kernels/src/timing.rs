@@ -243,6 +243,12 @@ impl Timer {
         CubeCount::new_1d(units.div_ceil(cube as usize).clamp(1, self.sms() * 8) as u32)
     }
 
+    /// One cube of 256 units per 256 of `units` (the full grid of the copy roofs).
+    fn full_grid(&self, units: usize) -> CubeCount {
+        let max = self.client.properties().hardware.max_cube_count.0 as usize;
+        CubeCount::new_1d(units.div_ceil(256).clamp(1, max) as u32)
+    }
+
     /// A new buffer of `len` random elements of `elem` in `[lo, lo + span)`.
     pub fn random(&mut self, elem: ElemType, len: usize, lo: f32, span: f32) -> Handle {
         let handle = self.client.empty(len.max(1) * elem.size());
@@ -298,8 +304,7 @@ impl Timer {
         );
         let len = read_bytes / 16;
         let written = len * write_num / write_den;
-        let max = self.client.properties().hardware.max_cube_count.0 as usize;
-        let cubes = CubeCount::new_1d(len.div_ceil(256).clamp(1, max) as u32);
+        let cubes = self.full_grid(len);
         let address = cubecl::ir::AddressType::from_len(read_bytes / 4 * write_num.max(1));
         // SAFETY: `src` holds `len` vectors of 4 words, `dst` at least `written`; unit `i`
         // writes index `i * write_num / write_den < written` only.
@@ -329,8 +334,7 @@ impl Timer {
             "copy_two_to_one: read_bytes a multiple of 32"
         );
         let half = read_bytes / 32;
-        let max = self.client.properties().hardware.max_cube_count.0 as usize;
-        let cubes = CubeCount::new_1d(half.div_ceil(256).clamp(1, max) as u32);
+        let cubes = self.full_grid(half);
         let address = cubecl::ir::AddressType::from_len(read_bytes / 4);
         // SAFETY: `src` holds `2 half` vectors of 4 words, `dst` at least `half`.
         unsafe {
@@ -422,8 +426,7 @@ impl Timer {
                 // the `copies` experiment's shapes on every measured size, 6-7% faster than the
                 // persistent grid-stride copy at 200-800 MB and as fast as torch's `copy_`
                 // (H200, 2026-12-02, eighteenth session).
-                let max = self.client.properties().hardware.max_cube_count.0 as usize;
-                let cubes = CubeCount::new_1d(len.div_ceil(256).clamp(1, max) as u32);
+                let cubes = self.full_grid(len);
                 copy_vectors::launch_unchecked(
                     &self.client,
                     cubes,
