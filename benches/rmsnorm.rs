@@ -197,6 +197,21 @@ fn time_copy(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
     median(&timer.time(2, runs, || timer.copy(&b.x, &b.out, bytes)))
 }
 
+/// The read-heavy copy (`Timer::copy_read_heavy`) of `n` bf16 elements of `x` into `dst`,
+/// writing `num / den` of the bytes read: median of 50 runs.
+fn time_read_heavy(
+    timer: &Timer,
+    x: &Handle,
+    dst: &Handle,
+    n: usize,
+    num: usize,
+    den: usize,
+) -> f64 {
+    median(&timer.time(2, 50, || {
+        timer.copy_read_heavy(x, dst, n * 2 / 16 * 16, num, den)
+    }))
+}
+
 /// [`time_copy`] with the unrolled copy (four 16-byte vectors per unit in flight).
 fn time_copy_unrolled(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
     let bytes = copy_bytes(b);
@@ -1350,11 +1365,7 @@ fn quant(timer: &mut Timer, args: &Args) {
             };
             // The same bytes moved as the kernels move them (2 read per element; 1 written for
             // FP8, 1/2 + 1/16 for NVFP4), a second roof next to the half-and-half copy.
-            let read_heavy = |num: usize, den: usize| {
-                median(&timer.time(2, 50, || {
-                    timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, num, den)
-                }))
-            };
+            let read_heavy = |num, den| time_read_heavy(timer, &b.x, &scratch, n, num, den);
             let fp8_rw_copy = read_heavy(1, 2);
             // The same 2:1 traffic with two loads and one store in every unit.
             let fp8_two_to_one = median(&timer.time(2, 50, || {
@@ -1549,9 +1560,7 @@ fn ab(timer: &mut Timer) {
             }
             copies.push(time_copy(timer, &b, 50));
             if b.fp8 {
-                read_heavy.push(median(&timer.time(2, 50, || {
-                    timer.copy_read_heavy(&b.x, &b.out, n * 2 / 16 * 16, 1, 2)
-                })));
+                read_heavy.push(time_read_heavy(timer, &b.x, &b.out, n, 1, 2));
             }
         }
         let copy = median(&copies);
