@@ -17,7 +17,8 @@
 //! Device timers (CUDA events through cubecl profile windows), warm-up, medians of >= 50 runs
 //! (15 per candidate while tuning), the L2 flushed before every timed run, fresh random inputs
 //! per shape, and a same-bytes copy measured in the same run as the roof (one 16-byte vector per
-//! unit on a full grid, the fastest shape of `copies`, as fast as torch's `copy_`). Runs on CUDA device 0
+//! unit on a full grid, the fastest shape of `copies`, as fast as torch's `copy_`); `bench`,
+//! `quant` and `ab` time a kernel and its copies in 5 interleaved rounds. Runs on CUDA device 0
 //! (`--device cpu` for the CubeCL CPU runtime, for a smoke test only).
 
 use std::fmt::Write as _;
@@ -148,20 +149,7 @@ impl Buffers {
     fn launch(&self, client: &Client, knobs: &Knobs) {
         let eps = 1e-6 / self.problem.channels as f32;
         if self.fp8 {
-            burn_rmsnorm_silu::kernels::forward::launch_forward_fp8(
-                client,
-                self.x.clone(),
-                self.gamma.clone(),
-                self.out.clone(),
-                BF16,
-                BF16,
-                self.problem,
-                NormParams::rms(eps),
-                Activation::Silu,
-                1.0,
-                knobs,
-            )
-            .expect("launch");
+            self.launch_fp8(client, knobs);
             return;
         }
         launch_forward(
@@ -179,10 +167,51 @@ impl Buffers {
         .expect("launch");
     }
 
+    /// FP8 E4M3 out (scale 1) into `out`, whatever `fp8` says.
+    fn launch_fp8(&self, client: &Client, knobs: &Knobs) {
+        burn_rmsnorm_silu::kernels::forward::launch_forward_fp8(
+            client,
+            self.x.clone(),
+            self.gamma.clone(),
+            self.out.clone(),
+            BF16,
+            BF16,
+            self.problem,
+            NormParams::rms(1e-6 / self.problem.channels as f32),
+            Activation::Silu,
+            1.0,
+            knobs,
+        )
+        .expect("fp8 launch");
+    }
+
     fn valid(&self, client: &Client, knobs: &Knobs) -> bool {
         let out = if self.fp8 { 1 } else { 2 };
         validate_knobs(client, knobs, self.problem, &[0; 3], &[2, 2, out]).is_ok()
     }
+}
+
+/// Rounds of [`interleaved_medians`]: a slow drift of the device (clocks, temperature) between
+/// the first and the last timed run then reaches every launch alike instead of whichever was
+/// timed last.
+const ROUNDS: usize = 5;
+
+/// Medians of `runs` timed calls of each of `launches`, taken in [`ROUNDS`] rounds of
+/// `runs / ROUNDS` calls per launch in turn (the L2 flushed before each, as [`Timer::time`]):
+/// the kernel and its copy roof share the same stretch of time.
+fn interleaved_medians<const K: usize>(
+    timer: &Timer,
+    runs: usize,
+    mut launches: [&mut dyn FnMut(); K],
+) -> [f64; K] {
+    let mut times: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    let per_round = runs.div_ceil(ROUNDS);
+    for _ in 0..ROUNDS {
+        for (launch, slot) in launches.iter_mut().zip(&mut times) {
+            slot.extend(timer.time(2, per_round, &mut **launch));
+        }
+    }
+    times.map(|t| median(&t))
 }
 
 /// Kernel time (median of `runs`) for `knobs`.
@@ -212,12 +241,6 @@ fn time_read_heavy(
     }))
 }
 
-/// [`time_copy`] with the unrolled copy (four 16-byte vectors per unit in flight).
-fn time_copy_unrolled(timer: &Timer, b: &Buffers, runs: usize) -> f64 {
-    let bytes = copy_bytes(b);
-    median(&timer.time(2, runs, || timer.copy_unrolled(&b.x, &b.out, bytes)))
-}
-
 /// The bytes each copy roof moves one way for `b`'s shape and output.
 fn copy_bytes(b: &Buffers) -> usize {
     let n = b.problem.rows * b.problem.channels;
@@ -230,8 +253,10 @@ fn copy_bytes(b: &Buffers) -> usize {
 
 /// The knob space the tuner sweeps for one shape: 16-byte vectors; lanes per row from 1 to
 /// 256 (plane shuffles up to 32, shared memory above) with at most 16 vectors per lane; 1, 2 or
-/// 4 rows in flight per unit; 128 or 256 units per cube; one cube per row group or a persistent
-/// grid at full occupancy. Refinements of the best are added by [`refinements`].
+/// 4 rows in flight per unit; 32, 64, 128 or 256 units per cube (a plane of 32 holding one row
+/// of 1024 channels on a full grid is Inductor's kernel at C = 1024, and ours too since its loads
+/// are issued together); one cube per row group or a persistent grid at full occupancy (at most
+/// 32 cubes per SM). Refinements of the best are added by [`refinements`].
 fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
     let v = pick_vector_size(client, problem, 2, 2, 256);
     let vecs = problem.channels / v;
@@ -248,11 +273,11 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
             if vpl * u as usize > 16 {
                 continue;
             }
-            for units in [128u32, 256] {
+            for units in [32u32, 64, 128, 256] {
                 if units < lanes {
                     continue;
                 }
-                for occupancy in [0u32, 2048 / units] {
+                for occupancy in [0u32, (2048 / units).min(32)] {
                     out.push(Knobs {
                         vector_size: v,
                         lanes_per_row: lanes,
@@ -1021,9 +1046,16 @@ fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     for (channels, rows) in shapes {
         let b = Buffers::new(timer, rows, channels);
         let (knobs, source) = select_knobs_with_source(&client, b.problem, 2, 2, 256);
-        let kernel = time_knobs(timer, &b, &knobs, 60);
-        let copy = time_copy(timer, &b, 60);
-        let copy_unrolled = time_copy_unrolled(timer, &b, 60);
+        let copy_len = copy_bytes(&b);
+        let [kernel, copy, copy_unrolled] = interleaved_medians(
+            timer,
+            60,
+            [
+                &mut || b.launch(&client, &knobs),
+                &mut || timer.copy(&b.x, &b.out, copy_len),
+                &mut || timer.copy_unrolled(&b.x, &b.out, copy_len),
+            ],
+        );
         let bytes = b.bytes();
         drop(b);
         let burn = time_burn_composed(timer, device, rows, channels);
@@ -1333,7 +1365,6 @@ fn fp4_candidates(
 /// tuned widths at T >= 24960, each against a copy of the same bytes in the same run (FP8 moves
 /// 2 + 1 bytes per element, NVFP4 2 + 0.5 + 1/16).
 fn quant(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::forward::launch_forward_fp8;
     use burn_rmsnorm_silu::kernels::nvfp4::{
         Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
         select_fp4_knobs,
@@ -1358,75 +1389,57 @@ fn quant(timer: &mut Timer, args: &Args) {
             let eps = 1e-6 / c as f32;
             let norm = NormParams::rms(eps);
             let scratch = client.empty(n * 2);
-            let copy_of = |bytes: usize| {
-                // Half the traffic read, half written.
-                let half = (bytes / 2).div_ceil(16) * 16;
-                median(&timer.time(2, 50, || timer.copy(&b.x, &scratch, half)))
-            };
-            // The same bytes moved as the kernels move them (2 read per element; 1 written for
-            // FP8, 1/2 + 1/16 for NVFP4), a second roof next to the half-and-half copy.
-            let read_heavy = |num, den| time_read_heavy(timer, &b.x, &scratch, n, num, den);
-            let fp8_rw_copy = read_heavy(1, 2);
-            // The same 2:1 traffic with two loads and one store in every unit.
-            let fp8_two_to_one = median(&timer.time(2, 50, || {
-                timer.copy_two_to_one(&b.x, &scratch, n * 2 / 32 * 32)
-            }));
-            let nv_rw_copy = read_heavy(9, 32);
-            // FP8: the row kernel's selected knobs.
-            let fp8_copy = copy_of(n * 3);
+            // The half-and-half copy of `bytes`: half the traffic read, half written.
+            let half = |bytes: usize| (bytes / 2).div_ceil(16) * 16;
             // The FP8 table's knobs (then the bf16 table's, the derived ones, the heuristic).
             let knobs = burn_rmsnorm_silu::kernels::select::select_output_knobs_with_source(
                 &client, b.problem, 2, 2, "fp8", 256,
             )
             .0;
-            let fp8 = median(&timer.time(2, 50, || {
-                launch_forward_fp8(
+            // FP8 next to its roofs: the half-and-half copy of its 3 bytes per element, and the
+            // same bytes moved as the kernel moves them (2 read, 1 written per element) with
+            // one load per unit and with two loads and one store per unit.
+            let [fp8, fp8_copy, fp8_rw_copy, fp8_two_to_one] = interleaved_medians(
+                timer,
+                50,
+                [
+                    &mut || b.launch_fp8(&client, &knobs),
+                    &mut || timer.copy(&b.x, &scratch, half(n * 3)),
+                    &mut || timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, 1, 2),
+                    &mut || timer.copy_two_to_one(&b.x, &scratch, n * 2 / 32 * 32),
+                ],
+            );
+            // NVFP4: heuristic, then the sweep.
+            let scales = client.empty(n / 16);
+            let launch_nvfp4 = |k: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs| {
+                launch_forward_nvfp4(
                     &client,
                     b.x.clone(),
                     b.gamma.clone(),
-                    b.out.clone(),
+                    Fp4Target {
+                        codes: b.out.clone(),
+                        scales: scales.clone(),
+                        recipe: Fp4Recipe::TransformerEngine,
+                        layout: ScaleLayout::RowMajor,
+                        s_enc: 100.0,
+                    },
                     BF16,
                     BF16,
                     b.problem,
                     norm,
                     Activation::Silu,
-                    1.0,
-                    &knobs,
+                    k,
                 )
-                .expect("fp8 launch")
-            }));
-            // NVFP4: heuristic, then the sweep.
-            let nv_copy = copy_of(n * 2 + n / 2 + n / 16);
-            let scales = client.empty(n / 16);
+                .expect("nvfp4 launch")
+            };
             let run = |k: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs, runs: usize| {
-                median(&timer.time(2, runs, || {
-                    launch_forward_nvfp4(
-                        &client,
-                        b.x.clone(),
-                        b.gamma.clone(),
-                        Fp4Target {
-                            codes: b.out.clone(),
-                            scales: scales.clone(),
-                            recipe: Fp4Recipe::TransformerEngine,
-                            layout: ScaleLayout::RowMajor,
-                            s_enc: 100.0,
-                        },
-                        BF16,
-                        BF16,
-                        b.problem,
-                        norm,
-                        Activation::Silu,
-                        k,
-                    )
-                    .expect("nvfp4 launch")
-                }))
+                median(&timer.time(2, runs, || launch_nvfp4(k)))
             };
             let heuristic = heuristic_fp4_knobs(&client, c, 2);
             let h_time = run(&heuristic, 50);
             let mut best = (heuristic, h_time);
             if !sweep {
-                let selected = select_fp4_knobs(&client, c, t, 2);
-                best = (selected, run(&selected, 50));
+                best.0 = select_fp4_knobs(&client, c, t, 2);
             }
             let mut layouts = Vec::new();
             for k in fp4_candidates(&client, c).into_iter().filter(|_| sweep) {
@@ -1491,11 +1504,17 @@ fn quant(timer: &mut Timer, args: &Args) {
                     }
                 }
             }
-            let best_time = if sweep {
-                run(&best.0, 50).min(h_time)
-            } else {
-                best.1
-            };
+            // The chosen knobs next to their roofs: the half-and-half copy of 2 + 1/2 + 1/16
+            // bytes per element, and the read-heavy copy (2 read, 9/16 written).
+            let [best_time, nv_copy, nv_rw_copy] = interleaved_medians(
+                timer,
+                50,
+                [
+                    &mut || launch_nvfp4(&best.0),
+                    &mut || timer.copy(&b.x, &scratch, half(n * 2 + n / 2 + n / 16)),
+                    &mut || timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, 9, 32),
+                ],
+            );
             writeln!(
                 csv,
                 "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{},\

@@ -190,8 +190,20 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         let j = lane + i * lanes;
         g[i] = Vector::<f32, N>::new(0.0f32);
         dg[i] = Vector::<f32, N>::new(0.0f32);
-        if j < vecs_per_row {
-            g[i] = Vector::<f32, N>::cast_from(gamma[j]);
+        if comptime![cfg.prefetch] {
+            if j < vecs_per_row {
+                g[i] = Vector::<f32, N>::cast_from(gamma[j]);
+            }
+        } else {
+            // Unconditional loads (a vector past the row reads the last one, then 0: every
+            // row's sums run over all `vpl` vectors), all in flight together: under
+            // `if j < vecs_per_row` each waited for the one before. (Kept as it was with
+            // prefetch, where a persistent cube loads gamma once.)
+            let v =
+                Vector::<f32, N>::cast_from(gamma[select(j < vecs_per_row, j, vecs_per_row - 1)]);
+            if j < vecs_per_row {
+                g[i] = v;
+            }
         }
     }
 
@@ -245,6 +257,22 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                 );
             }
         }
+        // Without prefetch, every load of the row first, none under a condition (a row past
+        // the end or a vector past the row reads the last one, never used): loaded inside
+        // `if active && j < vecs_per_row` each pair waited for the one before.
+        let raw_len = comptime![if cfg.prefetch { 1 } else { vpl }];
+        let mut x_raw = Array::<Vector<E, N>>::new(raw_len);
+        let mut dy_raw = Array::<Vector<E, N>>::new(raw_len);
+        if comptime![!cfg.prefetch] {
+            let load_base = select(active, row, rows - 1) * vecs_per_row;
+            #[unroll]
+            for i in 0..vpl {
+                let j = lane + i * lanes;
+                let j = select(j < vecs_per_row, j, vecs_per_row - 1);
+                x_raw[i] = x[load_base + j];
+                dy_raw[i] = dy[load_base + j];
+            }
+        }
         let mut acc = Vector::<f32, N>::new(0.0f32);
         #[unroll]
         for i in 0..vpl {
@@ -260,8 +288,8 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                         staged[(vpl + i) * units + unit],
                     ));
                 } else {
-                    xs[i] = Vector::<f32, N>::cast_from(x[base + j]);
-                    dus[i] = Vector::<f32, N>::cast_from(dy[base + j]);
+                    xs[i] = Vector::<f32, N>::cast_from(x_raw[i]);
+                    dus[i] = Vector::<f32, N>::cast_from(dy_raw[i]);
                 }
                 acc += xs[i] * xs[i];
             }

@@ -625,6 +625,37 @@ fn write_block<S: Float, N: Size>(
     );
 }
 
+/// This lane's `blocks_per_lane` blocks of the row at vector `base` of `values` as f32 into
+/// `dst[first..]` ([`load_f32`]), every load unconditional so that all are in flight together
+/// (a block past the row reads the last one; readers skip it). Under a per-block condition
+/// each load waited for the one before.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_lane_row<T: Float, N: Size, W: Size>(
+    values: &[Vector<T, N>],
+    words: &[Vector<u32, W>],
+    base: usize,
+    dst: &mut Array<Vector<f32, N>>,
+    #[comptime] first: usize,
+    lane: usize,
+    blocks: usize,
+    #[comptime] cfg: Fp4Config,
+    #[comptime] bf16: bool,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let per_block = comptime![BLOCK / cfg.vector_size];
+    #[unroll]
+    for i in 0..cfg.blocks_per_lane {
+        let b = lane + i * lanes;
+        let b = select(b < blocks, b, blocks - 1);
+        #[unroll]
+        for h in 0..per_block {
+            dst[first + i * per_block + h] =
+                load_f32::<T, N, W>(values, words, base + b * per_block + h, bf16);
+        }
+    }
+}
+
 /// Vector `i` of `values` as f32: through the 32-bit word view `words` when `bf16` (see
 /// [`Fp4Config::x_words`]), else by the plain cast.
 #[cube]
@@ -764,17 +795,17 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
     let mut gt = Array::<Vector<f32, N>>::new(per_block);
     if comptime![gamma_regs] {
-        #[unroll]
-        for i in 0..bpl {
-            let b = lane + i * lanes;
-            if b < blocks {
-                #[unroll]
-                for h in 0..per_block {
-                    g_regs[i * per_block + h] =
-                        load_f32::<G, N, W>(gamma, gamma_words, b * per_block + h, cfg.gamma_words);
-                }
-            }
-        }
+        load_lane_row::<G, N, W>(
+            gamma,
+            gamma_words,
+            0usize,
+            &mut g_regs,
+            0usize,
+            lane,
+            blocks,
+            cfg,
+            cfg.gamma_words,
+        );
     }
     // Prefetch: the raw x of this step's rows (`xr`) and of the next step's (`xn`), loaded one
     // grid-stride step ahead.
@@ -816,6 +847,28 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 );
             }
         }
+        if comptime![bpl > 0 && !cfg.prefetch] {
+            // The step's cached blocks: every load first, none under a condition (a row past
+            // the end or a block past the row reads the last one; pass 1 skips them). Loaded
+            // inside the row's `if`, with its squares right after it, each block waited for the
+            // one before (one memory latency per block).
+            #[unroll]
+            for u in 0..rpu {
+                let row = step_first_row + y + u * rows_per_cube;
+                let base = select(row < rows, row, rows - 1) * x_row_stride;
+                load_lane_row::<E, N, W>(
+                    x,
+                    x_words,
+                    base,
+                    &mut xf,
+                    u * row_cache,
+                    lane,
+                    blocks,
+                    cfg,
+                    cfg.x_words,
+                );
+            }
+        }
         // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
         #[unroll]
         for u in 0..rpu {
@@ -831,19 +884,10 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                         #[unroll]
                         for h in 0..per_block {
                             let k = u * row_cache + i * per_block + h;
-                            #[allow(unused_assignments)]
-                            let mut f = Vector::<f32, N>::new(0.0f32);
                             if comptime![cfg.prefetch] {
-                                f = Vector::<f32, N>::cast_from(xr[k]);
-                            } else {
-                                f = load_f32::<E, N, W>(
-                                    x,
-                                    x_words,
-                                    base + b * per_block + h,
-                                    cfg.x_words,
-                                );
+                                xf[k] = Vector::<f32, N>::cast_from(xr[k]);
                             }
-                            xf[k] = f;
+                            let f = xf[k];
                             acc += f * f;
                         }
                     }
