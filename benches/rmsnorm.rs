@@ -146,8 +146,12 @@ impl Buffers {
         (rows * channels * per_element + channels * 2) as f64
     }
 
+    /// The norm every timed launch uses: RMS with eps = 1e-6 / C.
+    fn norm(&self) -> NormParams {
+        NormParams::rms(1e-6 / self.problem.channels as f32)
+    }
+
     fn launch(&self, client: &Client, knobs: &Knobs) {
-        let eps = 1e-6 / self.problem.channels as f32;
         if self.fp8 {
             self.launch_fp8(client, knobs);
             return;
@@ -160,7 +164,7 @@ impl Buffers {
             BF16,
             BF16,
             self.problem,
-            NormParams::rms(eps),
+            self.norm(),
             Activation::Silu,
             knobs,
         )
@@ -177,7 +181,7 @@ impl Buffers {
             BF16,
             BF16,
             self.problem,
-            NormParams::rms(1e-6 / self.problem.channels as f32),
+            self.norm(),
             Activation::Silu,
             1.0,
             knobs,
@@ -1386,8 +1390,7 @@ fn quant(timer: &mut Timer, args: &Args) {
         for &t in tokens {
             let n = t * c;
             let b = Buffers::new(timer, t, c);
-            let eps = 1e-6 / c as f32;
-            let norm = NormParams::rms(eps);
+            let norm = b.norm();
             let scratch = client.empty(n * 2);
             // The half-and-half copy of `bytes`: half the traffic read, half written.
             let half = |bytes: usize| (bytes / 2).div_ceil(16) * 16;

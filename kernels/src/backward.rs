@@ -224,7 +224,7 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     }]);
     if comptime![cfg.prefetch] {
         if group < groups {
-            load_row_words::<W>(
+            load_row_words::<u32, W>(
                 x_words,
                 dy_words,
                 &mut next_x,
@@ -245,7 +245,7 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         let next = group + CUBE_COUNT;
         if comptime![cfg.prefetch] {
             if next < groups {
-                load_row_words::<W>(
+                load_row_words::<u32, W>(
                     x_words,
                     dy_words,
                     &mut next_x,
@@ -257,21 +257,13 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                 );
             }
         }
-        // Without prefetch, every load of the row first, none under a condition (a row past
-        // the end or a vector past the row reads the last one, never used): loaded inside
+        // Without prefetch, every load of the row first (as the prefetch's): loaded inside
         // `if active && j < vecs_per_row` each pair waited for the one before.
         let raw_len = comptime![if cfg.prefetch { 1 } else { vpl }];
         let mut x_raw = Array::<Vector<E, N>>::new(raw_len);
         let mut dy_raw = Array::<Vector<E, N>>::new(raw_len);
         if comptime![!cfg.prefetch] {
-            let load_base = select(active, row, rows - 1) * vecs_per_row;
-            #[unroll]
-            for i in 0..vpl {
-                let j = lane + i * lanes;
-                let j = select(j < vecs_per_row, j, vecs_per_row - 1);
-                x_raw[i] = x[load_base + j];
-                dy_raw[i] = dy[load_base + j];
-            }
+            load_row_words::<E, N>(x, dy, &mut x_raw, &mut dy_raw, row, rows, vecs_per_row, cfg);
         }
         let mut acc = Vector::<f32, N>::new(0.0f32);
         #[unroll]
@@ -344,16 +336,17 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     }
 }
 
-/// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors) as
-/// 32-bit words; a row past the end or a column past the row loads the last one instead (the
-/// readers mask those slots), so the loads carry no predicate.
+/// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors): as
+/// 32-bit words for the prefetch, as they are without it. A row past the end or a column past
+/// the row loads the last one instead (the readers mask those slots), so the loads carry no
+/// predicate and are all in flight together.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_row_words<W: Size>(
-    x_words: &[Vector<u32, W>],
-    dy_words: &[Vector<u32, W>],
-    next_x: &mut Array<Vector<u32, W>>,
-    next_dy: &mut Array<Vector<u32, W>>,
+fn load_row_words<T: Scalar, W: Size>(
+    x_words: &[Vector<T, W>],
+    dy_words: &[Vector<T, W>],
+    next_x: &mut Array<Vector<T, W>>,
+    next_dy: &mut Array<Vector<T, W>>,
     row: usize,
     rows: usize,
     vecs_per_row: usize,

@@ -665,7 +665,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         let unit = UNIT_POS as usize;
         if comptime![cfg.prefetch] {
             if group < groups {
-                load_rows::<W>(
+                load_rows::<u32, W>(
                     x_words,
                     &mut next_regs,
                     lane,
@@ -686,7 +686,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             if comptime![cfg.prefetch] {
                 // The next group's loads go out before any arithmetic on this one.
                 if next < groups {
-                    load_rows::<W>(
+                    load_rows::<u32, W>(
                         x_words,
                         &mut next_regs,
                         lane,
@@ -706,20 +706,20 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     }
                 }
             } else {
-                // Every load of the step first, none under a condition (a row past the end or
-                // a vector past the row reads the last one; the sums skip them): a load inside
-                // the row's `if`, with its square right after it, made each load wait for the
-                // one before (one memory latency per vector).
-                #[unroll]
-                for r in 0..rows_per_unit {
-                    let row = first_row + r * rows_per_cube;
-                    let base = select(row < rows, row, rows - 1) * x_row_stride;
-                    #[unroll]
-                    for i in 0..vpl {
-                        let j = lane + i * lanes;
-                        xs[r * vpl + i] = x[base + select(j < vecs_per_row, j, vecs_per_row - 1)];
-                    }
-                }
+                // Every load of the step first, none under a condition (as the prefetch's; the
+                // sums skip the clamped slots): a load inside the row's `if`, with its square
+                // right after it, made each load wait for the one before (one memory latency
+                // per vector).
+                load_rows::<E, N>(
+                    x,
+                    &mut xs,
+                    lane,
+                    first_row,
+                    rows,
+                    x_row_stride,
+                    vecs_per_row,
+                    cfg,
+                );
             }
             #[unroll]
             for r in 0..rows_per_unit {
@@ -1034,16 +1034,17 @@ pub(crate) fn stage_words<W: Size>(
 }
 
 /// Loads this unit's share of the rows `first_row + r * rows_per_cube` (`r < rows_per_unit`) into
-/// `xs`, as 32-bit words (`x_words` is `x` viewed as words: one vector of `x` per vector of
-/// words). Why words: the compiler splits vectors of 16-bit floats into 16-bit values and
+/// `xs`. The prefetch loads 32-bit words (`x_words`, `x` viewed as words: one vector of `x` per
+/// vector of words): the compiler splits vectors of 16-bit floats into 16-bit values and
 /// repacks them right after the load, which waits for the load and defeats the prefetch.
 /// A slot of a row past the end or of a column past the row loads the last row's or column's
-/// vector instead (every reader masks those slots), so the loads need no predicate either.
+/// vector instead (every reader masks those slots), so the loads need no condition either and
+/// are all in flight together.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_rows<W: Size>(
-    x_words: &[Vector<u32, W>],
-    xs: &mut Array<Vector<u32, W>>,
+fn load_rows<T: Scalar, W: Size>(
+    x_words: &[Vector<T, W>],
+    xs: &mut Array<Vector<T, W>>,
     lane: usize,
     first_row: usize,
     rows: usize,
