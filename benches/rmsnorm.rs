@@ -127,6 +127,8 @@ struct Buffers {
     problem: RowsProblem,
     /// Write FP8 E4M3 (1 byte per element) instead of bf16.
     fp8: bool,
+    /// SiLU, or the identity with `RMSNORM_ACTIVATION=identity`: what the activation costs.
+    activation: Activation,
 }
 
 impl Buffers {
@@ -137,6 +139,11 @@ impl Buffers {
             out: timer.client.empty(rows * channels * 2),
             problem: RowsProblem::dense(rows, channels),
             fp8: false,
+            activation: match std::env::var("RMSNORM_ACTIVATION").as_deref() {
+                Err(_) | Ok("silu") => Activation::Silu,
+                Ok("identity") => Activation::Identity,
+                Ok(other) => panic!("RMSNORM_ACTIVATION: silu or identity, got `{other}`"),
+            },
         }
     }
 
@@ -165,7 +172,7 @@ impl Buffers {
             BF16,
             self.problem,
             self.norm(),
-            Activation::Silu,
+            self.activation,
             knobs,
         )
         .expect("launch");
@@ -182,7 +189,7 @@ impl Buffers {
             BF16,
             self.problem,
             self.norm(),
-            Activation::Silu,
+            self.activation,
             1.0,
             knobs,
         )
@@ -760,6 +767,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             out: out.clone(),
             problem: RowsProblem::dense(b * positions, c),
             fp8: false,
+            activation: Activation::Silu,
         };
         let (knobs, _) = select_knobs_with_source(&client, rows.problem, 2, 2, 256);
         results.push(("channels-last".into(), time_knobs(timer, &rows, &knobs, 50)));
@@ -1588,6 +1596,7 @@ fn ab(timer: &mut Timer) {
         let copy = median(&copies);
         let rw_copy = median(&read_heavy);
         let outputs = written_outputs(timer, &b, &knobs);
+        let reference = host_reference(timer, &b);
         for ((k, slot), written) in knobs.iter().zip(&times).zip(&outputs) {
             let t_k = median(slot);
             let differing = written
@@ -1602,11 +1611,81 @@ fn ab(timer: &mut Timer) {
             };
             println!(
                 "ab C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}{rw}, \
-                 {differing} output bytes differ from the first knobs'",
-                t_k / copy
+                 {differing} output bytes differ from the first knobs'; {}",
+                t_k / copy,
+                accuracy(written, &reference, b.fp8)
             );
         }
     }
+}
+
+/// `y` of the bench's inputs in f64 on the host (eps as [`Buffers::norm`], SiLU), for
+/// [`accuracy`].
+fn host_reference(timer: &mut Timer, b: &Buffers) -> Vec<f64> {
+    let RowsProblem { rows, channels, .. } = b.problem;
+    let bf16s = |h: &Handle, n: usize| -> Vec<f64> {
+        let bytes = timer
+            .client
+            .read_one(h.clone())
+            .expect("read back")
+            .to_vec();
+        bytes[..n * 2]
+            .chunks_exact(2)
+            .map(|w| f32::from_bits((u16::from_le_bytes([w[0], w[1]]) as u32) << 16) as f64)
+            .collect()
+    };
+    let x = bf16s(&b.x, rows * channels);
+    let gamma = bf16s(&b.gamma, channels);
+    let eps = b.norm().eps as f64;
+    let mut y = Vec::with_capacity(rows * channels);
+    for row in x.chunks_exact(channels) {
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / channels as f64;
+        let r = 1.0 / (ms + eps).sqrt();
+        for (v, g) in row.iter().zip(&gamma) {
+            let u = v * r * g;
+            y.push(match b.activation {
+                Activation::Silu => u / (1.0 + (-u).exp()),
+                Activation::Identity => u,
+            });
+        }
+    }
+    y
+}
+
+/// How far `written` (bf16, or FP8 codes of scale 1) is from the f64 `reference`: the largest
+/// absolute error, the largest error in units of the output's last place, and how many
+/// outputs are not the correctly rounded value.
+fn accuracy(written: &[u8], reference: &[f64], fp8: bool) -> String {
+    use burn_rmsnorm_silu::kernels::formats::{e4m3_decode, e4m3_encode};
+    let (mut max_abs, mut max_ulps, mut not_rounded) = (0.0f64, 0.0f64, 0usize);
+    for (i, &want) in reference.iter().enumerate() {
+        let (got, exact, ulp) = if fp8 {
+            let code = e4m3_encode(want as f32);
+            let next = e4m3_decode(code ^ 1) as f64;
+            let here = e4m3_decode(code) as f64;
+            (e4m3_decode(written[i]) as f64, here, (next - here).abs())
+        } else {
+            let bits = u16::from_le_bytes([written[i * 2], written[i * 2 + 1]]);
+            let exact = half::bf16::from_f64(want);
+            let ulp = (f32::from_bits(((exact.to_bits() ^ 1) as u32) << 16) as f64
+                - exact.to_f64())
+            .abs();
+            (
+                f32::from_bits((bits as u32) << 16) as f64,
+                exact.to_f64(),
+                ulp,
+            )
+        };
+        max_abs = max_abs.max((got - want).abs());
+        if ulp > 0.0 && ulp.is_finite() {
+            max_ulps = max_ulps.max((got - exact).abs() / ulp);
+        }
+        not_rounded += usize::from(got != exact);
+    }
+    format!(
+        "vs f64: max abs error {max_abs:.3e}, max {max_ulps:.0} ulp, {not_rounded} of {} not the rounded value",
+        reference.len()
+    )
 }
 
 /// The output bytes each of `knobs` writes, each launched once (after its timed runs) into an
