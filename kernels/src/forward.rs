@@ -13,7 +13,7 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig, SiluForm};
+use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
@@ -425,7 +425,6 @@ pub(crate) fn activate<N: Size>(
 }
 
 pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
-pub(crate) const LN_2: f32 = core::f32::consts::LN_2;
 
 /// `z` in the output dtype; for FP8 (`z` already multiplied by the scale) the saturated code
 /// (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast itself saturates and
@@ -515,14 +514,6 @@ pub fn reduction_plane_width(client: &Client) -> u32 {
 pub(crate) fn ptx_ex2_approx(x: f32) -> f32 {
     let out: f32;
     gpu_asm!("ex2.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
-    out
-}
-
-/// `tanh(x)` with PTX `tanh.approx.f32` (one special-function instruction; CUDA only).
-#[cube]
-pub(crate) fn ptx_tanh_approx(x: f32) -> f32 {
-    let out: f32;
-    gpu_asm!("tanh.approx.f32 {}, {};", out(_) out, in(_) x, options(pure, nomem));
     out
 }
 
@@ -1205,38 +1196,21 @@ fn streamed_sum_sq<E: Float, N: Size>(
 }
 
 /// The row scale (`rsqrt(mean + eps)`) the stores multiply by: times `-log2(e)` for the PTX SiLU,
-/// whose input is `t = -y log2(e)` (see [`output_value`]), or times 1/2 for its `Tanh` form;
-/// one multiply per row.
+/// whose input is `t = -y log2(e)` (see [`output_value`]); one multiply per row.
 #[cube]
 pub(crate) fn input_scale(scale: f32, #[comptime] cfg: RowConfig) -> f32 {
     let mut s = scale;
     if comptime![cfg.exponent_domain()] {
-        if comptime![cfg.silu_form == SiluForm::Tanh] {
-            s = scale * 0.5f32;
-        } else {
-            s = scale * -LOG2_E;
-        }
+        s = scale * -LOG2_E;
     }
     s
 }
 
-/// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded in
-/// (the experimental forms of [`SiluForm`]: 1 or the scale for `Tanh`, `-ln(2)` times it for
-/// `Ex2Newton`; see [`silu_in_form`]).
+/// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded in.
 #[cube]
-pub(crate) fn silu_constant(out_scale: f32, #[comptime] cfg: RowConfig) -> f32 {
+fn silu_constant(out_scale: f32, #[comptime] cfg: RowConfig) -> f32 {
     let mut k = f32::new(-LOG2_E);
-    if comptime![cfg.silu_form == SiluForm::Tanh] {
-        k = f32::new(1.0);
-        if comptime![cfg.folds_out_scale()] {
-            k = out_scale;
-        }
-    } else if comptime![cfg.silu_form == SiluForm::Ex2Newton] {
-        k = f32::new(-LN_2);
-        if comptime![cfg.folds_out_scale()] {
-            k = -LN_2 * out_scale;
-        }
-    } else if comptime![cfg.folds_out_scale()] {
+    if comptime![cfg.folds_out_scale()] {
         k = -LOG2_E / out_scale;
     }
     k
@@ -1256,7 +1230,7 @@ pub(crate) fn output_value<N: Size>(
     #[comptime] cfg: RowConfig,
 ) -> Vector<f32, N> {
     if comptime![cfg.exponent_domain()] {
-        silu_in_form::<N>(u, silu_k, cfg.silu_form, cfg.folds_out_scale())
+        silu_from_exponent::<N>(u, silu_k)
     } else {
         activate::<N>(u, cfg.activation, cfg.fast_math)
     }
@@ -1271,47 +1245,6 @@ pub(crate) fn silu_from_exponent<N: Size>(t: Vector<f32, N>, k: f32) -> Vector<f
         let ti = t.extract(i);
         let d = fma(ptx_ex2_approx(ti), k, k);
         y.insert(i, ti * ptx_rcp_approx(d));
-    }
-    y
-}
-
-/// The PTX SiLU of `t` in `form` (see [`silu_constant`] for `k`): `Ex2Rcp` as
-/// [`silu_from_exponent`]; `Tanh` with `t = y / 2`: `(t + t tanh t) k`; `Ex2Newton` with
-/// `t = -y log2(e)`: `t k / (1 + 2^t)`, `k = -ln(2) c`, the reciprocal by Newton steps.
-#[cube]
-pub(crate) fn silu_in_form<N: Size>(
-    t: Vector<f32, N>,
-    k: f32,
-    #[comptime] form: SiluForm,
-    #[comptime] scaled: bool,
-) -> Vector<f32, N> {
-    let mut y = t;
-    if comptime![form == SiluForm::Ex2Rcp] {
-        y = silu_from_exponent::<N>(t, k);
-    } else if comptime![form == SiluForm::Tanh] {
-        #[unroll]
-        for i in 0..N::value() {
-            let ti = t.extract(i);
-            let s = fma(ti, ptx_tanh_approx(ti), ti);
-            if comptime![scaled] {
-                y.insert(i, s * k);
-            } else {
-                y.insert(i, s);
-            }
-        }
-    } else {
-        #[unroll]
-        for i in 0..N::value() {
-            let ti = t.extract(i);
-            // 2^64 at most: q stays a normal float, its seed too (y ~ 0 there anyway).
-            let q = 1.0f32 + ptx_ex2_approx(f32::min(ti, 64.0f32));
-            let mut r = f32::reinterpret(0x7ef3_11c3u32 - u32::reinterpret(q));
-            #[unroll]
-            for _ in 0..3u32 {
-                r = fma(r, fma(-q, r, 1.0f32), r);
-            }
-            y.insert(i, ti * k * r);
-        }
     }
     y
 }

@@ -116,33 +116,6 @@ pub struct RowConfig {
     /// runtime). Rows wider than a plane then add each plane's lanes by shuffles and only the
     /// planes' sums through shared memory (2 barriers instead of `log2(lanes) + 2`).
     pub plane_width: u32,
-    /// How the PTX SiLU is computed (see [`SiluForm`]).
-    pub silu_form: SiluForm,
-}
-
-/// The instructions of the PTX SiLU (`fast_math`): the H200 has 16 special-function results
-/// per clock and SM against 128 FMAs, and the plain form takes two (`ex2`, `rcp`) per element.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
-pub enum SiluForm {
-    /// `ex2.approx` and `rcp.approx` (two special-function instructions per element).
-    #[default]
-    Ex2Rcp,
-    /// `h + h tanh(h)`, `h = y / 2` (one: `tanh.approx`, relative error 2^-11).
-    Tanh,
-    /// `ex2.approx`, then the reciprocal by three Newton steps from an integer seed (one).
-    Ex2Newton,
-}
-
-impl SiluForm {
-    /// Experiment switch: `RMSNORM_SILU=tanh|newton|ex2rcp` (default `ex2rcp`), read once.
-    pub fn from_env() -> Self {
-        static FORM: std::sync::OnceLock<SiluForm> = std::sync::OnceLock::new();
-        *FORM.get_or_init(|| match std::env::var("RMSNORM_SILU").as_deref() {
-            Ok("tanh") => SiluForm::Tanh,
-            Ok("newton") => SiluForm::Ex2Newton,
-            _ => SiluForm::Ex2Rcp,
-        })
-    }
 }
 
 impl Knobs {
@@ -209,7 +182,6 @@ impl Knobs {
             packed_fp8: false,
             scale_foldable: false,
             plane_width: 1,
-            silu_form: SiluForm::from_env(),
         }
     }
 }

@@ -25,8 +25,8 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::forward::{
-    ForwardError, RowsProblem, cube_dim, has_ptx_math, horizontal_sum, input_scale, inv_rms,
-    lane_layout_error, lane_sums, output_value, reduction_plane_width, rows_seen, silu_constant,
+    ForwardError, LOG2_E, RowsProblem, cube_dim, has_ptx_math, horizontal_sum, input_scale,
+    inv_rms, lane_layout_error, lane_sums, output_value, reduction_plane_width, rows_seen,
     unit_lane, unit_row, words_to_f32,
 };
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
@@ -304,9 +304,6 @@ impl Fp4Config {
             packed_fp8: false,
             scale_foldable: false,
             plane_width: self.plane_width,
-            // Not the experiment switch: this config (the NVFP4 kernel's cache key) does not
-            // carry the form, so a cached kernel could hold another form.
-            silu_form: crate::knobs::SiluForm::Ex2Rcp,
         }
     }
 }
@@ -575,7 +572,7 @@ fn block_y<N: Size>(
     // The PTX SiLU in the exponent domain, as the row kernel's (`forward::output_value`).
     let rows = comptime![cfg.rows()];
     let sv = Vector::<f32, N>::new(input_scale(scale, rows));
-    let silu_k = silu_constant(1.0f32, rows);
+    let silu_k = f32::new(-LOG2_E);
     #[unroll]
     for h in 0..per_block {
         let mut v = xf[x_first + h];
