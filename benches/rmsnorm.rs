@@ -1619,8 +1619,8 @@ fn ab(timer: &mut Timer) {
     }
 }
 
-/// `y` of the bench's inputs in f64 on the host (eps as [`Buffers::norm`], SiLU), for
-/// [`accuracy`].
+/// `y` of the bench's inputs in f64 on the host (eps as [`Buffers::norm`], `b`'s activation),
+/// for [`accuracy`].
 fn host_reference(timer: &mut Timer, b: &Buffers) -> Vec<f64> {
     let RowsProblem { rows, channels, .. } = b.problem;
     let bf16s = |h: &Handle, n: usize| -> Vec<f64> {
@@ -1631,7 +1631,7 @@ fn host_reference(timer: &mut Timer, b: &Buffers) -> Vec<f64> {
             .to_vec();
         bytes[..n * 2]
             .chunks_exact(2)
-            .map(|w| f32::from_bits((u16::from_le_bytes([w[0], w[1]]) as u32) << 16) as f64)
+            .map(|w| half::bf16::from_le_bytes([w[0], w[1]]).to_f64())
             .collect()
     };
     let x = bf16s(&b.x, rows * channels);
@@ -1665,16 +1665,11 @@ fn accuracy(written: &[u8], reference: &[f64], fp8: bool) -> String {
             let here = e4m3_decode(code) as f64;
             (e4m3_decode(written[i]) as f64, here, (next - here).abs())
         } else {
-            let bits = u16::from_le_bytes([written[i * 2], written[i * 2 + 1]]);
+            let got = half::bf16::from_le_bytes([written[i * 2], written[i * 2 + 1]]);
             let exact = half::bf16::from_f64(want);
-            let ulp = (f32::from_bits(((exact.to_bits() ^ 1) as u32) << 16) as f64
-                - exact.to_f64())
-            .abs();
-            (
-                f32::from_bits((bits as u32) << 16) as f64,
-                exact.to_f64(),
-                ulp,
-            )
+            let next = half::bf16::from_bits(exact.to_bits() ^ 1);
+            let ulp = (next.to_f64() - exact.to_f64()).abs();
+            (got.to_f64(), exact.to_f64(), ulp)
         };
         max_abs = max_abs.max((got - want).abs());
         if ulp > 0.0 && ulp.is_finite() {
