@@ -668,8 +668,8 @@ fn fallback(timer: &mut Timer, args: &Args) {
 /// row kernel over B*T*H*W rows), each against a same-bytes copy in the same run.
 fn channels(timer: &mut Timer, args: &Args) {
     use burn_rmsnorm_silu::kernels::channels::{
-        ChannelsConfig, ChannelsProblem, launch_channels_backward, launch_channels_with,
-        tiled_channels_config,
+        ChannelsConfig, ChannelsProblem, channels_backward_config, channels_config,
+        launch_channels_backward, launch_channels_with, tiled_channels_config,
     };
     let client = timer.client.clone();
     // RMSNORM_CHANNELS_SWEEP=0: no sweeps; =forward: the forward's only.
@@ -705,6 +705,7 @@ fn channels(timer: &mut Timer, args: &Args) {
             plane_groups: 1,
             prefetch: false,
             bf16_input: false,
+            single_tile: true,
             activation: Activation::Silu,
             fast_math: false,
         };
@@ -739,6 +740,31 @@ fn channels(timer: &mut Timer, args: &Args) {
             let time = median(&timer.time(2, 50, || launch_forward(cfg).expect("channels launch")));
             results.push((label, time));
         }
+        // The heuristic's shape with and without `single_tile` (a no-op where a cube has
+        // several tiles), interleaved with the copy.
+        let heuristic = channels_config(&client, c, b * positions, 8, Activation::Silu);
+        let looped = ChannelsConfig {
+            single_tile: false,
+            ..heuristic
+        };
+        let [copy_ab, one, loop_] = interleaved_medians(
+            timer,
+            50,
+            [
+                &mut || timer.copy(&x, &out, n * 2),
+                &mut || launch_forward(Some(heuristic)).expect("channels launch"),
+                &mut || launch_forward(Some(looped)).expect("channels launch"),
+            ],
+        );
+        println!(
+            "{shape:?} ab forward {}: single tile {one:.2} us (x{:.3}), loop {loop_:.2} us \
+             (x{:.3}), copy {copy_ab:.2} us",
+            channels_label(&heuristic),
+            one / copy_ab,
+            loop_ / copy_ab
+        );
+        results.push(("channels-first ab single tile".into(), one));
+        results.push(("channels-first ab loop".into(), loop_));
         // A sweep of the launch shape with the PTX SiLU (`channels_sweep`), best reported;
         // `RMSNORM_CHANNELS_SWEEP=0` skips it (forward and backward).
         let sweep = if sweep_channels {
@@ -827,6 +853,30 @@ fn channels(timer: &mut Timer, args: &Args) {
             launch_backward(None).expect("channels backward launch")
         }));
         report_backward("channels-first backward", backward, String::new());
+        if let Some(heuristic) =
+            channels_backward_config(&client, c, b * positions, 8, Activation::Silu)
+        {
+            let looped = ChannelsConfig {
+                single_tile: false,
+                ..heuristic
+            };
+            let [copy_ab, one, loop_] = interleaved_medians(
+                timer,
+                50,
+                [
+                    &mut || timer.copy(&src, &dst, n * 3),
+                    &mut || launch_backward(Some(heuristic)).expect("channels backward launch"),
+                    &mut || launch_backward(Some(looped)).expect("channels backward launch"),
+                ],
+            );
+            println!(
+                "{shape:?} ab backward {}: single tile {one:.2} us (x{:.3}), loop {loop_:.2} us \
+                 (x{:.3}), copy {copy_ab:.2} us",
+                channels_label(&heuristic),
+                one / copy_ab,
+                loop_ / copy_ab
+            );
+        }
         // The channels-last backward: the row backward over B*T*H*W rows of C (the same bytes).
         let rows_backward = median(&timer.time(2, 50, || {
             burn_rmsnorm_silu::kernels::backward::launch_backward(
@@ -957,6 +1007,7 @@ fn channels_sweep(
                         plane_groups: 1,
                         prefetch,
                         bf16_input: false,
+                        single_tile: true,
                         activation: Activation::Silu,
                         fast_math,
                     });

@@ -317,6 +317,7 @@ fn every_channels_config_writes_every_element() {
                     plane_groups: 1,
                     prefetch: false,
                     bf16_input: false,
+                    single_tile: k % 2 == 0,
                     activation: Activation::Silu,
                     fast_math: false,
                 };
@@ -389,8 +390,8 @@ fn every_channels_backward_config_matches_the_row_backward() {
         (1, 96, 64),
         (2, 130, 17),
         (3, 5, 200),
-        // On a GPU a narrow shape above C = 128: the default takes vectors of 8 positions, 6
-        // channels a unit, 2 position units (`p2.g32.k6.v8`).
+        // On a GPU a narrow shape above C = 128: the default takes vectors of 4 positions, 12
+        // channels a unit, 4 position units, one tile per cube (`p4.g16.k12.v4`).
         (1, 192, 40),
     ] {
         let n = batches * channels * positions;
@@ -460,6 +461,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
                 plane_groups: 1,
                 prefetch: k % 2 == 1,
                 bf16_input: false,
+                single_tile: k % 4 < 2,
                 activation: Activation::Silu,
                 fast_math: false,
             };
@@ -507,6 +509,7 @@ fn every_channels_backward_config_matches_the_row_backward() {
             plane_groups: 1,
             prefetch: true,
             bf16_input: false,
+            single_tile: true,
             activation: Activation::Silu,
             fast_math: false,
         }),

@@ -3,9 +3,9 @@
 //!
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- v8.l16.r8.u1.c3.plane.greg.m- [C] [fp8]`
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- nvfp4 v8.l4.r32.b3.plane.m-.fast [C]`
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf] [backward]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- channels p128.g1.k96.v2[.pf][.one] [backward]`
 //! (channels-first: position units, channel groups, channels cached per unit, positions per
-//! vector, backward prefetch; PTX SiLU)
+//! vector, backward prefetch, one tile per cube; PTX SiLU)
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf]`
 //! (the row backward, bf16, vectors of 8: lanes per row, rows per cube, vectors per lane,
 //! prefetch; PTX SiLU')
@@ -297,6 +297,7 @@ fn channels(args: &[String]) {
         plane_groups: field('g').min(32 / field('p').clamp(1, 32)) as u32,
         prefetch: label_flag(label, "pf"),
         bf16_input: true,
+        single_tile: label_flag(label, "one"),
         activation: Activation::Silu,
         fast_math: true,
     };

@@ -77,6 +77,11 @@ pub struct ChannelsConfig {
     pub prefetch: bool,
     /// Set by the launch: the input is bf16 (the prefetched words become f32 by shifts).
     pub bf16_input: bool,
+    /// Where the grid has a cube for every tile (a narrow shape's one wave; the launch clears
+    /// the flag elsewhere): each cube visits its one tile without a loop and loads gamma after
+    /// x (and dy). The SASS of the loop form converted gamma right after its loads, before x's
+    /// loads went out: a second memory round trip in front of every cube's only tile.
+    pub single_tile: bool,
     pub activation: Activation,
     /// PTX SiLU and SiLU' (CUDA only), as the row kernel's `fast_math` knob; the heuristics
     /// take it on CUDA (`cargo bench --bench rmsnorm -- channels` times both).
@@ -118,15 +123,8 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     let mut g_shared =
         Shared::<[f32]>::new_slice(comptime![if gamma_in_registers { 1 } else { cpu * groups }]);
     let mut xs = Array::<Vector<E, N>>::new(cache);
-    if comptime![cpu > 0 && gamma_in_registers] {
-        #[unroll]
-        for i in 0..cpu {
-            let c = cy + i * groups;
-            g[i] = 0.0f32;
-            if c < channels {
-                g[i] = f32::cast_from(gamma[c]);
-            }
-        }
+    if comptime![cpu > 0 && gamma_in_registers && !cfg.single_tile] {
+        load_gamma::<G>(gamma, &mut g, cy, channels, cfg);
     }
     if comptime![!gamma_in_registers] {
         let units = comptime![px * groups];
@@ -142,7 +140,8 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
     }
     let mut tile = CUBE_POS;
     let mut parity = 0usize;
-    while tile < tiles {
+    let mut more = tile < tiles;
+    while more {
         let batch = tile / tiles_per_batch;
         let p = (tile % tiles_per_batch) * px + ux;
         let active = p < position_vectors;
@@ -163,6 +162,9 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
             for i in 0..cpu {
                 xs[i] = x[if at < last { at } else { last }];
                 at += groups * x_channel_stride;
+            }
+            if comptime![gamma_in_registers && cfg.single_tile] {
+                load_gamma::<G>(gamma, &mut g, cy, channels, cfg);
             }
             #[unroll]
             for i in 0..cpu {
@@ -240,6 +242,37 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
             }
         }
         tile += CUBE_COUNT;
+        more = next_tile(tile, tiles, cfg);
+    }
+}
+
+/// Whether a cube has another tile after `tile` (never with [`ChannelsConfig::single_tile`]:
+/// a constant `false` lets the compiler drop the loop).
+#[cube]
+fn next_tile(tile: usize, tiles: usize, #[comptime] cfg: ChannelsConfig) -> bool {
+    let mut more = false;
+    if comptime![!cfg.single_tile] {
+        more = tile < tiles;
+    }
+    more
+}
+
+/// Gamma of this unit's cached channels (`cy, cy + groups, ...`) in registers as f32; 0 past C.
+#[cube]
+fn load_gamma<G: Float>(
+    gamma: &[G],
+    g: &mut Array<f32>,
+    cy: usize,
+    channels: usize,
+    #[comptime] cfg: ChannelsConfig,
+) {
+    #[unroll]
+    for i in 0..cfg.channels_per_unit {
+        let c = cy + i * comptime![cfg.channel_groups as usize];
+        g[i] = 0.0f32;
+        if c < channels {
+            g[i] = f32::cast_from(gamma[c]);
+        }
     }
 }
 
@@ -381,14 +414,6 @@ pub fn launch_channels_with(
             "channels: prefetch is a knob of the channels-first backward, not the forward".into(),
         ));
     }
-    let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
-    let cfg = ChannelsConfig {
-        channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
-        activation,
-        fast_math: cfg.fast_math && activation == Activation::Silu,
-        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
-        ..cfg
-    };
     let px = cfg.position_units as usize;
     let tiles_per_batch = position_vectors.div_ceil(px);
     let tiles = p.batches * tiles_per_batch;
@@ -396,6 +421,15 @@ pub fn launch_channels_with(
         sms as usize * (2048 / (px * cfg.channel_groups as usize)).max(1)
     });
     let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
+    let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;
+    let cfg = ChannelsConfig {
+        channels_per_unit: if cached { cfg.channels_per_unit } else { 0 },
+        activation,
+        fast_math: cfg.fast_math && activation == Activation::Silu,
+        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
+        single_tile: cfg.single_tile && cubes >= tiles,
+        ..cfg
+    };
     let x_len = (p.batches - 1) * p.x_batch_stride / vector_size
         + (p.channels - 1) * p.x_channel_stride / vector_size
         + position_vectors;
@@ -559,6 +593,7 @@ fn shape_for_units(
         plane_groups: 1,
         prefetch: false,
         bf16_input: false,
+        single_tile: true,
         activation,
         fast_math: limits.ptx_math,
     }
@@ -742,14 +777,15 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     let mut dg = Array::<f32>::new(cpu);
     let mut xs = Array::<Vector<f32, N>>::new(cpu);
     let mut dus = Array::<Vector<f32, N>>::new(cpu);
+    // dy as loaded (without prefetch): converted after the first sum, which needs only x (fewer
+    // registers while the loads are in flight).
+    let mut dys = Array::<Vector<E, N>>::new(comptime![if cfg.prefetch { 1 } else { cpu }]);
     #[unroll]
     for i in 0..cpu {
-        let c = cy + i * groups;
-        g[i] = 0.0f32;
         dg[i] = 0.0f32;
-        if c < channels {
-            g[i] = f32::cast_from(gamma[c]);
-        }
+    }
+    if comptime![!cfg.single_tile] {
+        load_gamma::<G>(gamma, &mut g, cy, channels, cfg);
     }
     // The next tile's x and dy as words (prefetch): loaded one tile ahead.
     let ahead = comptime![if cfg.prefetch { cpu } else { 1 }];
@@ -771,8 +807,12 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
                 cfg,
             );
         }
+        if comptime![cfg.single_tile] {
+            load_gamma::<G>(gamma, &mut g, cy, channels, cfg);
+        }
     }
-    while tile < tiles {
+    let mut more = tile < tiles;
+    while more {
         let batch = tile / tiles_per_batch;
         let p = (tile % tiles_per_batch) * px + ux;
         let active = p < position_vectors;
@@ -787,7 +827,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
                 dus[i] = words_to_f32::<E, N, W>(next_dy[i], cfg.bf16_input);
             }
             let next = tile + CUBE_COUNT;
-            if next < tiles {
+            if next_tile(next, tiles, cfg) {
                 load_tile_words::<W>(
                     x_words,
                     dy_words,
@@ -812,8 +852,11 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
             for i in 0..cpu {
                 let a = if at < last { at } else { last };
                 xs[i] = Vector::<f32, N>::cast_from(x[a]);
-                dus[i] = Vector::<f32, N>::cast_from(dy[a]);
+                dys[i] = dy[a];
                 at += groups * channel_stride;
+            }
+            if comptime![cfg.single_tile] {
+                load_gamma::<G>(gamma, &mut g, cy, channels, cfg);
             }
         }
         #[unroll]
@@ -824,7 +867,35 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
             }
             acc += xs[i] * xs[i];
         }
+        if comptime![!cfg.prefetch] {
+            // dy's loads are tied to the first sum, or the compiler sinks them (read-only loads)
+            // past its barrier, to their first use: a second memory round trip per tile. The
+            // tie adds the first value of each dy vector under a condition that is false at run
+            // time (the grid is one-dimensional) but unknown to the compilers (the cube's shape
+            // is comptime, cubecl folds `UNIT_POS_Z`; the grid's is not).
+            let mut tie = 0.0f32;
+            #[unroll]
+            for i in 0..cpu {
+                tie += f32::cast_from(dys[i].extract(0usize));
+                if comptime![cfg.single_tile] {
+                    // Gamma, loaded after x and dy on a single tile, likewise.
+                    tie += g[i];
+                }
+            }
+            if CUBE_POS_Y > 0 {
+                acc += Vector::new(tie);
+            }
+        }
         let sum_sq = channel_groups_sum::<N>(acc, &mut shared, 0, cfg);
+        if comptime![!cfg.prefetch] {
+            #[unroll]
+            for i in 0..cpu {
+                dus[i] = Vector::<f32, N>::cast_from(dys[i]);
+                if cy + i * groups >= channels {
+                    dus[i] = Vector::<f32, N>::new(0.0f32);
+                }
+            }
+        }
         let d = sum_sq * Vector::new(inv_channels) + Vector::new(eps);
         let fl = Vector::<f32, N>::new(floor);
         let clamped = d.less_than(&fl);
@@ -862,6 +933,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
             }
         }
         tile += CUBE_COUNT;
+        more = next_tile(tile, tiles, cfg);
     }
     // The cube's position units add their dgamma partials: each unit's channels go to shared
     // memory (channel `c`'s `px` partials side by side), then after one barrier unit `u` adds
@@ -914,9 +986,8 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Narrow shapes (about one tile
 /// per cube, [`ChannelsLimits::narrow`]) take the same cache without prefetch and down to 4
 /// position units per cube (tenth session: `[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
-/// against 19.4 us with prefetch, the sweep's best); above C = 128 vectors of 8 positions and
-/// down to 2 position units (seventeenth session: `p2.g64.k6.v8` 15.2 us against 16.8 us, the
-/// sweep's best in two calls). Without prefetch (2-byte inputs
+/// against 19.4 us with prefetch, the sweep's best; 14.3 us once it ran as one tile per cube,
+/// 2026-12-03). Without prefetch (2-byte inputs
 /// with vectors of one position, C above 768, and the CPU runtime) the unit caches 6 channels
 /// of at most 4 positions up to C = 192, else up to 16 channels.
 pub fn channels_backward_config(
@@ -933,15 +1004,13 @@ pub fn channels_backward_config(
     if limits.gpu && widest >= 2 {
         // About one tile per cube on narrow shapes: nothing to prefetch; more, smaller cubes.
         let narrow = limits.narrow(positions, widest);
-        // Narrow shapes above C = 128 also take vectors of 8 positions (6 channels a unit) and
-        // down to 2 position units per cube: `[1, 384, 1, 60, 104]` `p2.g64.k6.v8` 15.2-15.4 us
-        // against `p4.g32.k12.v4` 16.8-16.9 us, the sweep's best twice (H200, 2026-12-02).
-        let vector = widest.min(if channels <= 128 || narrow { 8 } else { 4 });
-        let min_position_units = match (narrow, channels > 128) {
-            (true, true) => 2,
-            (true, false) => 4,
-            (false, _) => 8,
-        };
+        // Narrow shapes run one tile per cube (`single_tile`), which issues x, dy and gamma
+        // together but holds every load's registers at once: `[1, 384, 1, 60, 104]`
+        // `p4.g32.k12.v4` (168 registers, 3 cubes per SM: one wave) 14.3 us, the sweep's best,
+        // against `p2.g64.k6.v8` 16.6 us (226 registers: two waves) or 15.1 us as a loop
+        // (H200, 2026-12-03).
+        let vector = widest.min(if channels <= 128 { 8 } else { 4 });
+        let min_position_units = if narrow { 4 } else { 8 };
         let cfg = shape_for_units(
             &limits,
             channels,
@@ -1054,11 +1123,6 @@ pub fn launch_channels_backward(
             x_type.size()
         ));
     }
-    let cfg = ChannelsConfig {
-        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
-        bf16_input: x_type == ElemType::Float(FloatKind::BF16),
-        ..cfg
-    };
     let px = cfg.position_units as usize;
     let tiles_per_batch = position_vectors.div_ceil(px);
     let tiles = batches * tiles_per_batch;
@@ -1068,6 +1132,12 @@ pub fn launch_channels_backward(
         .num_streaming_multiprocessors
         .map_or(64, |sms| sms as usize * (2048 / units as usize).max(1));
     let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
+    let cfg = ChannelsConfig {
+        plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),
+        bf16_input: x_type == ElemType::Float(FloatKind::BF16),
+        single_tile: cfg.single_tile && cubes >= tiles,
+        ..cfg
+    };
     let len = batches * channels * position_vectors;
     // x and dy seen as vectors of 32-bit words, one per vector (prefetch; else a placeholder).
     let (words_per_vector, words_len) = if cfg.prefetch {
