@@ -190,15 +190,11 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         let j = lane + i * lanes;
         g[i] = Vector::<f32, N>::new(0.0f32);
         dg[i] = Vector::<f32, N>::new(0.0f32);
-        if comptime![cfg.prefetch] {
-            if j < vecs_per_row {
-                g[i] = Vector::<f32, N>::cast_from(gamma[j]);
-            }
-        } else {
+        if comptime![!cfg.prefetch] {
             // Unconditional loads (a vector past the row reads the last one, then 0: every
             // row's sums run over all `vpl` vectors), all in flight together: under
-            // `if j < vecs_per_row` each waited for the one before. (Kept as it was with
-            // prefetch, where a persistent cube loads gamma once.)
+            // `if j < vecs_per_row` each waited for the one before. (With prefetch gamma is
+            // loaded after the first group's x and dy, below.)
             let v =
                 Vector::<f32, N>::cast_from(gamma[select(j < vecs_per_row, j, vecs_per_row - 1)]);
             if j < vecs_per_row {
@@ -234,6 +230,16 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                 vecs_per_row,
                 cfg,
             );
+            // Gamma after the first group's loads: loaded (and converted) before them, as it
+            // was, it held those loads back by one memory round trip (SASS), most of a small
+            // shape's time per cube.
+            #[unroll]
+            for i in 0..vpl {
+                let j = lane + i * lanes;
+                if j < vecs_per_row {
+                    g[i] = Vector::<f32, N>::cast_from(gamma[j]);
+                }
+            }
             stage_words::<W>(&next_x, &mut staged, 0usize, vpl, units);
             stage_words::<W>(&next_dy, &mut staged, vpl, vpl, units);
         }
