@@ -743,25 +743,12 @@ fn channels(timer: &mut Timer, args: &Args) {
         // The heuristic's shape with and without `single_tile` (a no-op where a cube has
         // several tiles), interleaved with the copy.
         let heuristic = channels_config(&client, c, b * positions, 8, Activation::Silu);
-        let looped = ChannelsConfig {
-            single_tile: false,
-            ..heuristic
-        };
-        let [copy_ab, one, loop_] = interleaved_medians(
+        let (one, loop_) = single_tile_ab(
             timer,
-            50,
-            [
-                &mut || timer.copy(&x, &out, n * 2),
-                &mut || launch_forward(Some(heuristic)).expect("channels launch"),
-                &mut || launch_forward(Some(looped)).expect("channels launch"),
-            ],
-        );
-        println!(
-            "{shape:?} ab forward {}: single tile {one:.2} us (x{:.3}), loop {loop_:.2} us \
-             (x{:.3}), copy {copy_ab:.2} us",
-            channels_label(&heuristic),
-            one / copy_ab,
-            loop_ / copy_ab
+            &format!("{shape:?} ab forward"),
+            heuristic,
+            || timer.copy(&x, &out, n * 2),
+            |cfg| launch_forward(Some(cfg)).expect("channels launch"),
         );
         results.push(("channels-first ab single tile".into(), one));
         results.push(("channels-first ab loop".into(), loop_));
@@ -856,25 +843,12 @@ fn channels(timer: &mut Timer, args: &Args) {
         if let Some(heuristic) =
             channels_backward_config(&client, c, b * positions, 8, Activation::Silu)
         {
-            let looped = ChannelsConfig {
-                single_tile: false,
-                ..heuristic
-            };
-            let [copy_ab, one, loop_] = interleaved_medians(
+            single_tile_ab(
                 timer,
-                50,
-                [
-                    &mut || timer.copy(&src, &dst, n * 3),
-                    &mut || launch_backward(Some(heuristic)).expect("channels backward launch"),
-                    &mut || launch_backward(Some(looped)).expect("channels backward launch"),
-                ],
-            );
-            println!(
-                "{shape:?} ab backward {}: single tile {one:.2} us (x{:.3}), loop {loop_:.2} us \
-                 (x{:.3}), copy {copy_ab:.2} us",
-                channels_label(&heuristic),
-                one / copy_ab,
-                loop_ / copy_ab
+                &format!("{shape:?} ab backward"),
+                heuristic,
+                || timer.copy(&src, &dst, n * 3),
+                |cfg| launch_backward(Some(cfg)).expect("channels backward launch"),
             );
         }
         // The channels-last backward: the row backward over B*T*H*W rows of C (the same bytes).
@@ -929,6 +903,34 @@ fn channels(timer: &mut Timer, args: &Args) {
         }
     }
     write_file(args, "channels.csv", &csv.replace(", ", "x"));
+}
+
+/// `cfg` as given and with `single_tile` off, in 5 interleaved rounds with `copy`; prints the
+/// three times and returns the kernel's two (single tile, loop).
+fn single_tile_ab(
+    timer: &Timer,
+    label: &str,
+    cfg: burn_rmsnorm_silu::kernels::channels::ChannelsConfig,
+    mut copy: impl FnMut(),
+    launch: impl Fn(burn_rmsnorm_silu::kernels::channels::ChannelsConfig),
+) -> (f64, f64) {
+    let looped = burn_rmsnorm_silu::kernels::channels::ChannelsConfig {
+        single_tile: false,
+        ..cfg
+    };
+    let [copy_us, one, loop_] = interleaved_medians(
+        timer,
+        50,
+        [&mut copy, &mut || launch(cfg), &mut || launch(looped)],
+    );
+    println!(
+        "{label} {}: single tile {one:.2} us (x{:.3}), loop {loop_:.2} us (x{:.3}), copy \
+         {copy_us:.2} us",
+        channels_label(&cfg),
+        one / copy_us,
+        loop_ / copy_us
+    );
+    (one, loop_)
 }
 
 /// The fastest of `candidates` (median of `runs` launches each) and its time; the ones the
@@ -1019,16 +1021,18 @@ fn channels_sweep(
 }
 
 /// `p128.g4.k24.v2.fast.pf`: position units, channel groups, channels cached per unit (0:
-/// walked), positions per vector at most, PTX SiLU, backward prefetch.
+/// walked), positions per vector at most, PTX SiLU, backward prefetch; `.loop` where
+/// `single_tile` is off.
 fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::ChannelsConfig) -> String {
     format!(
-        "p{}.g{}.k{}.v{}{}{}",
+        "p{}.g{}.k{}.v{}{}{}{}",
         cfg.position_units,
         cfg.channel_groups,
         cfg.channels_per_unit,
         cfg.max_vector,
         if cfg.fast_math { ".fast" } else { "" },
-        if cfg.prefetch { ".pf" } else { "" }
+        if cfg.prefetch { ".pf" } else { "" },
+        if cfg.single_tile { "" } else { ".loop" }
     )
 }
 
