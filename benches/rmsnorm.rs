@@ -1689,22 +1689,13 @@ fn host_reference(timer: &mut Timer, b: &Buffers) -> Vec<f64> {
             .map(|w| half::bf16::from_le_bytes([w[0], w[1]]).to_f64())
             .collect()
     };
-    let x = bf16s(&b.x, rows * channels);
-    let gamma = bf16s(&b.gamma, channels);
-    let eps = b.norm().eps as f64;
-    let mut y = Vec::with_capacity(rows * channels);
-    for row in x.chunks_exact(channels) {
-        let ms = row.iter().map(|v| v * v).sum::<f64>() / channels as f64;
-        let r = 1.0 / (ms + eps).sqrt();
-        for (v, g) in row.iter().zip(&gamma) {
-            let u = v * r * g;
-            y.push(match b.activation {
-                Activation::Silu => u / (1.0 + (-u).exp()),
-                Activation::Identity => u,
-            });
-        }
-    }
-    y
+    burn_rmsnorm_silu::kernels::reference::rms_norm_silu_f64(
+        &bf16s(&b.x, rows * channels),
+        &bf16s(&b.gamma, channels),
+        channels,
+        b.norm(),
+        b.activation,
+    )
 }
 
 /// How far `written` (bf16, or FP8 codes of scale 1) is from the f64 `reference`: the largest

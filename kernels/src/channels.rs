@@ -863,7 +863,9 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
         for i in 0..cpu {
             if cy + i * groups >= channels {
                 xs[i] = Vector::<f32, N>::new(0.0f32);
-                dus[i] = Vector::<f32, N>::new(0.0f32);
+                if comptime![cfg.prefetch] {
+                    dus[i] = Vector::<f32, N>::new(0.0f32);
+                }
             }
             acc += xs[i] * xs[i];
         }
@@ -888,6 +890,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
         }
         let sum_sq = channel_groups_sum::<N>(acc, &mut shared, 0, cfg);
         if comptime![!cfg.prefetch] {
+            // dy as loaded, 0 past C (with prefetch: zeroed with x above).
             #[unroll]
             for i in 0..cpu {
                 dus[i] = Vector::<f32, N>::cast_from(dys[i]);
