@@ -570,3 +570,85 @@ fn dgamma_over_many_cubes_matches_f64() {
     .expect("backward launch");
     assert_close_to_scale(&dgamma, &want, 1e-5, &format!("{knobs}"));
 }
+
+/// The dgamma sum in the kernel's tail (`.fd`, the last cubes to arrive reduce): on CUDA the
+/// same dx bits as the two-kernel path and dgamma within 1e-5 (of its scale) of the f64 sum,
+/// bitwise the same over repeated runs, and launches of different shapes back to back (the
+/// arrival counters go back to zero after each: a launch that found them dirty would hang or
+/// sum early). Shapes: one cube, fewer cubes than reducers, C not a multiple of the vector,
+/// the Wan decoder's C = 384 at T = 6240 (the default grid) and thousands of cubes. Where the
+/// runtime cannot run it (the CPU runtime) it is refused with the reason.
+#[test]
+fn tail_dgamma_matches_the_two_kernel_sum() {
+    let mut rng = rng("tail dgamma");
+    let client = cube_device().client();
+    let eps = 1e-5;
+    let norm = NormParams::rms(eps as f32);
+    let shapes = [
+        (1usize, 96usize, Some(0u32)),
+        (37, 200, Some(0)),
+        (301, 3, None),
+        (6240, 384, None),
+        (20_000, 96, Some(0)),
+        (1000, 1024, None),
+    ];
+    for round in 0..2 {
+        for &(rows, channels, cubes_per_sm) in &shapes {
+            let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
+            let base = BackwardKnobs {
+                fast_math: false,
+                cubes_per_sm: cubes_per_sm
+                    .or(BackwardKnobs::for_shape(&client, channels, rows).cubes_per_sm),
+                ..BackwardKnobs::for_shape(&client, channels, rows)
+            };
+            let tail = BackwardKnobs {
+                tail_dgamma: true,
+                ..base
+            };
+            let run = |knobs| {
+                fused_gradients_with(
+                    &x,
+                    &gamma,
+                    &w,
+                    rows,
+                    channels,
+                    DType::F32,
+                    norm,
+                    Activation::Silu,
+                    knobs,
+                )
+            };
+            let label = format!("round {round} T={rows} C={channels} {tail}");
+            // (The CPU runtime's register cache refuses the widest rows either way.)
+            let Ok((dx_two, _)) = run(base) else {
+                continue;
+            };
+            let (dx, dgamma) = match run(tail) {
+                Err(e) => {
+                    assert!(
+                        e.contains("device-scope memory ordering"),
+                        "{label}: refused for another reason: {e}"
+                    );
+                    continue;
+                }
+                Ok(grads) => grads,
+            };
+            assert!(
+                dx.iter()
+                    .zip(&dx_two)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{label}: dx differs from the two-kernel path"
+            );
+            let want = dgamma_f64(&x, &gamma, &w, channels, eps);
+            assert_close_to_scale(&dgamma, &want, 1e-5, &label);
+            let (_, again) = run(tail).unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert!(
+                again
+                    .iter()
+                    .zip(&dgamma)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{label}: dgamma differs between two runs"
+            );
+        }
+    }
+}
