@@ -1234,29 +1234,6 @@ fn backward(timer: &mut Timer, args: &Args) {
                 median(&timer.time(2, 50, || launch(knobs).expect("backward launch")))
             };
             let kernel = time(default);
-            // The dgamma sum in the kernel's tail (`.fd`) against the second kernel, timed in
-            // turn with the copy, where this runtime can run it.
-            let tail = BackwardKnobs {
-                tail_dgamma: !default.tail_dgamma,
-                ..default
-            };
-            if launch(tail).is_ok() {
-                let [copy_us, a, b] = interleaved_medians(
-                    timer,
-                    50,
-                    [
-                        &mut || timer.copy(&src, &dst, n * 3),
-                        &mut || launch(default).expect("backward launch"),
-                        &mut || launch(tail).expect("backward launch"),
-                    ],
-                );
-                println!(
-                    "backward C={c:5} T={t:7}: {default} {a:.2} us (x{:.3}), {tail} {b:.2} us \
-                     (x{:.3}), copy {copy_us:.2} us (interleaved)",
-                    a / copy_us,
-                    b / copy_us
-                );
-            }
             // The dgamma kernel (the backward's second) on the partial rows of the default's
             // grid (4 cubes per SM where the default leaves the grid to the shape).
             let cubes =

@@ -233,8 +233,7 @@ fn label_flag(label: &str, name: &str) -> bool {
     label.split('.').any(|part| part == name)
 }
 
-/// The row backward (bf16, vectors of 8 or `vN`) for a launch shape `lX.rY.kZ[.pf][.vN][.fd]`
-/// (`fd`: the dgamma sum in the kernel's tail).
+/// The row backward (bf16, vectors of 8 or `vN`) for a launch shape `lX.rY.kZ[.pf][.vN]`.
 fn backward(args: &[String]) {
     use rmsnorm_silu_kernels::backward::{BackwardConfig, rms_norm_backward_rows};
     let label = args.first().map_or("l16.r16.k1.pf", |s| s);
@@ -259,7 +258,6 @@ fn backward(args: &[String]) {
         fast_math: true,
         prefetch: flag("pf"),
         plane_width: 32,
-        tail_dgamma: flag("fd"),
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let buffer = || BufferCompilationArg { inplace: None };
@@ -274,9 +272,6 @@ fn backward(args: &[String]) {
         buffer(),
         buffer(),
         buffer(),
-        buffer(),
-        buffer(),
-        (),
         (),
         (),
         (),

@@ -25,7 +25,6 @@ use cubecl::server::Handle;
 use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, stage_words, tree_sum};
 use crate::knobs::LaneReduce;
 use crate::params::{Activation, NormParams};
-use crate::tail_dgamma::tail_reduction_possible;
 
 /// The comptime shape of a backward launch.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -43,8 +42,6 @@ pub struct BackwardConfig {
     /// Units per plane for the row sums of rows wider than a plane (the device's plane width
     /// on a GPU, 1 where there are no plane operations: the shared-memory tree then).
     pub plane_width: u32,
-    /// The last cubes to finish sum the dgamma partials (see [`BackwardKnobs::tail_dgamma`]).
-    pub tail_dgamma: bool,
 }
 
 /// Sum of `v` over the lanes of a row; every lane gets it (the same bits). All units of the
@@ -165,9 +162,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
     dy_words: &[Vector<u32, W>],
     dx: &mut [Vector<E, N>],
     partial: &mut [Vector<f32, N>],
-    dgamma: &mut [Vector<G, N>],
-    counters: &mut [Atomic<u32>],
-    reducers: usize,
     rows: usize,
     vecs_per_row: usize,
     inv_channels: f32,
@@ -346,18 +340,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
             partial[j * CUBE_COUNT + CUBE_POS] = total;
         }
     }
-    if comptime![cfg.tail_dgamma] {
-        crate::tail_dgamma::reduce_dgamma_in_tail::<G, N>(
-            partial,
-            dgamma,
-            counters,
-            CUBE_COUNT,
-            vecs_per_row,
-            reducers,
-            units,
-            comptime![cfg.plane_width as usize],
-        );
-    }
 }
 
 /// This lane's vectors of row `row` of `x` and `dy` (dense rows of `vecs_per_row` vectors): as
@@ -510,11 +492,6 @@ pub struct BackwardKnobs {
     /// two: C = 384 in bf16 is 48 vectors of 8 (32 lanes x 2, a quarter of the slots idle) or
     /// 96 of 4 (32 lanes x 3, none idle). Written `.v<n>` when set.
     pub max_vector: usize,
-    /// The dgamma partials summed at the end of the backward kernel by its last cubes to
-    /// finish ([`crate::tail_dgamma`]) instead of by a second kernel: one launch. Needs a GPU
-    /// runtime with device-scope memory ordering ([`tail_reduction_possible`]); refused
-    /// elsewhere. Written `.fd`.
-    pub tail_dgamma: bool,
 }
 
 impl BackwardKnobs {
@@ -530,7 +507,6 @@ impl BackwardKnobs {
             prefetch: false,
             cubes_per_sm: None,
             max_vector: 0,
-            tail_dgamma: false,
         }
     }
 
@@ -629,13 +605,10 @@ impl core::fmt::Display for BackwardKnobs {
         if let Some(n) = self.cubes_per_sm {
             write!(f, ".s{n}")?;
         }
-        if self.max_vector > 0 {
-            write!(f, ".v{}", self.max_vector)?;
+        match self.max_vector {
+            0 => Ok(()),
+            v => write!(f, ".v{v}"),
         }
-        if self.tail_dgamma {
-            write!(f, ".fd")?;
-        }
-        Ok(())
     }
 }
 
@@ -777,7 +750,6 @@ pub fn launch_backward_with(
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
         plane_width: crate::forward::reduction_plane_width(client),
-        tail_dgamma: knobs.tail_dgamma,
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -806,28 +778,7 @@ pub fn launch_backward_with(
         _ => groups.min(64),
     };
     let parts = cubes;
-    let units = lanes * rows_per_cube;
-    let reducers = if knobs.tail_dgamma {
-        match tail_reducers(client, parts, vecs, units) {
-            Some(n) => n,
-            None => {
-                return refuse(format!(
-                    "backward knobs {knobs}: the dgamma sum in the kernel's tail needs a GPU \
-                     runtime with device-scope memory ordering and cubes of whole planes \
-                     ({units} units, {vecs} columns, {parts} cubes here)"
-                ));
-            }
-        }
-    } else {
-        0
-    };
     let partial = client.empty(parts * channels * 4);
-    // The arrival counters of the tail's sum (a placeholder otherwise: never touched).
-    let counters = if knobs.tail_dgamma {
-        crate::tickets::ticket_counters(client)
-    } else {
-        partial.clone()
-    };
     let len = rows * vecs;
     // `x` and `dy` seen as vectors of 32-bit words, one per vector (prefetch only).
     let (words_per_vector, words_len) = if knobs.prefetch {
@@ -851,9 +802,6 @@ pub fn launch_backward_with(
             BufferArg::from_raw_parts(dy, words_len),
             BufferArg::from_raw_parts(dx, len.max(1)),
             BufferArg::from_raw_parts(partial.clone(), parts * vecs),
-            BufferArg::from_raw_parts(dgamma.clone(), vecs),
-            BufferArg::from_raw_parts(counters, if knobs.tail_dgamma { 2 } else { 1 }),
-            reducers,
             rows,
             vecs,
             (1.0f64 / channels as f64) as f32,
@@ -863,33 +811,16 @@ pub fn launch_backward_with(
             [x_type, gamma_type],
         );
     }
-    if !knobs.tail_dgamma {
-        launch_reduce_dgamma(
-            client,
-            partial,
-            dgamma,
-            gamma_type,
-            parts,
-            vecs,
-            vector_size,
-        );
-    }
+    launch_reduce_dgamma(
+        client,
+        partial,
+        dgamma,
+        gamma_type,
+        parts,
+        vecs,
+        vector_size,
+    );
     Ok(())
-}
-
-/// The reducers of a launch with the dgamma sum in its tail ([`crate::tail_dgamma`]), or
-/// `None` where this runtime or cube shape cannot run it.
-pub(crate) fn tail_reducers(
-    client: &Client,
-    parts: usize,
-    vecs: usize,
-    units: usize,
-) -> Option<usize> {
-    if !tail_reduction_possible(client) {
-        return None;
-    }
-    let plane = crate::forward::reduction_plane_width(client) as usize;
-    crate::tail_dgamma::reducers_for(client, parts, vecs, units, plane)
 }
 
 /// `dgamma = sum_p partial[p]` over `parts` partials of `vecs` vectors of `vector_size` f32,

@@ -30,7 +30,6 @@ pub mod quant;
 pub mod reference;
 pub mod rescue;
 pub mod select;
-pub mod tail_dgamma;
 pub mod tickets;
 pub mod timing;
 
