@@ -113,6 +113,11 @@ fn main() {
     cfg.bf16_input = true;
     cfg.scale_foldable = fp8;
     cfg.plane_width = 32;
+    // As the launch sets it for a full grid (`m-`: one row group per cube).
+    cfg.gamma_after_x = cfg.gamma == rmsnorm_silu_kernels::knobs::GammaIn::Registers
+        && !cfg.prefetch
+        && cfg.groups_per_ticket == 0
+        && knobs.max_cubes.is_none();
     let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_rows::RmsNormRows::new(
@@ -182,6 +187,12 @@ fn nvfp4(args: &[String]) {
         x_words: knobs.vector_size.is_multiple_of(2),
         gamma_words: knobs.vector_size.is_multiple_of(2),
         plane_width: 32,
+        // A full grid (`m-`) has one row group per cube.
+        gamma_after_x: knobs.loads_gamma_after_x(channels, knobs.max_cubes.is_none()),
+    };
+    let cfg = Fp4Config {
+        gamma_registers: cfg.gamma_registers || cfg.gamma_after_x,
+        ..cfg
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

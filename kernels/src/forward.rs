@@ -525,6 +525,37 @@ pub(crate) fn ptx_rcp_approx(x: f32) -> f32 {
     out
 }
 
+/// Gamma's vectors of this lane into registers as f32 (`GammaIn::Registers`).
+#[cube]
+fn load_gamma_registers<G: Float, N: Size>(
+    gamma: &[Vector<G, N>],
+    g_regs: &mut Array<Vector<f32, N>>,
+    lane: usize,
+    vecs_per_row: usize,
+    #[comptime] cfg: RowConfig,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    #[unroll]
+    for i in 0..comptime![cfg.vectors_per_lane] {
+        let j = lane + i * lanes;
+        if comptime![cfg.prefetch] {
+            // (A persistent prefetching cube loads gamma once; the unconditional form below
+            // made ptxas spill in the FP8 C = 96 kernel, 5-8% slower.)
+            g_regs[i] = Vector::<f32, N>::new(0.0f32);
+            if j < vecs_per_row {
+                g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
+            }
+        } else {
+            // Unconditional loads (a vector past the row reads the last one, never used), all
+            // in flight together: under `if j < vecs_per_row` each waited for the one before,
+            // ahead of the first row's loads (a cube of a full grid has one row group: C = 1024
+            // with one row per plane and gamma in registers, 151 -> 109 us at T = 99840).
+            g_regs[i] =
+                Vector::<f32, N>::cast_from(gamma[select(j < vecs_per_row, j, vecs_per_row - 1)]);
+        }
+    }
+}
+
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
 /// `vecs_per_row = C / N`, the row count and the row strides (in vectors) are run-time values.
 ///
@@ -603,26 +634,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         let mut g_shared = Shared::<[Vector<f32, N>]>::new_slice(g_shared_len);
         match comptime![cfg.gamma] {
             GammaIn::Registers => {
-                #[unroll]
-                for i in 0..vpl {
-                    let j = lane + i * lanes;
-                    if comptime![cfg.prefetch] {
-                        // (A persistent prefetching cube loads gamma once; the unconditional
-                        // form below made ptxas spill in the FP8 C = 96 kernel, 5-8% slower.)
-                        g_regs[i] = Vector::<f32, N>::new(0.0f32);
-                        if j < vecs_per_row {
-                            g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
-                        }
-                    } else {
-                        // Unconditional loads (a vector past the row reads the last one, never
-                        // used), all in flight together: under `if j < vecs_per_row` each
-                        // waited for the one before, ahead of the first row's loads (a cube
-                        // of a full grid has one row group: C = 1024 with one row per plane
-                        // and gamma in registers, 151 -> 109 us at T = 99840).
-                        g_regs[i] = Vector::<f32, N>::cast_from(
-                            gamma[select(j < vecs_per_row, j, vecs_per_row - 1)],
-                        );
-                    }
+                if comptime![!cfg.gamma_after_x] {
+                    load_gamma_registers::<G, N>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
                 }
             }
             GammaIn::Shared => {
@@ -720,6 +733,9 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     vecs_per_row,
                     cfg,
                 );
+                if comptime![cfg.gamma_after_x] {
+                    load_gamma_registers::<G, N>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
+                }
             }
             #[unroll]
             for r in 0..rows_per_unit {
@@ -842,7 +858,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 }
             }
             walk_advance(&mut drawn, &mut walk, per_ticket);
-            group = next;
+            if comptime![cfg.gamma_after_x] {
+                // One group per cube: the loop ends here, as the compilers can see (so gamma's
+                // loads, which follow x's, stay in the loop's one pass).
+                group = groups;
+            } else {
+                group = next;
+            }
         }
     } else {
         // Rows too long for registers: one pass for the sums of squares, a second (mostly from
@@ -1719,7 +1741,11 @@ pub fn launch_forward_to(
         && crate::select::device_sm(client).is_some_and(|sm| sm >= 89);
     let vecs_per_row = channels / vector_size;
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
-    let (_, cubes) = knobs.groups_and_cubes(rows, max_grid);
+    let (groups, cubes) = knobs.groups_and_cubes(rows, max_grid);
+    cfg.gamma_after_x = cfg.gamma == GammaIn::Registers
+        && !cfg.prefetch
+        && cfg.groups_per_ticket == 0
+        && cubes >= groups;
     let x_len = (rows - 1) * x_row_stride / vector_size + vecs_per_row;
     let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
     let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);

@@ -116,6 +116,12 @@ pub struct RowConfig {
     /// runtime). Rows wider than a plane then add each plane's lanes by shuffles and only the
     /// planes' sums through shared memory (2 barriers instead of `log2(lanes) + 2`).
     pub plane_width: u32,
+    /// Set at launch where every cube has one row group (cubes >= groups, a fixed stride) and
+    /// gamma is held in registers without prefetch: gamma is loaded after the group's x, in
+    /// the loop that then runs once. Loaded before the loop (as a persistent cube does, once
+    /// for all its groups), its conversion held the x loads back by one memory round trip
+    /// (SASS of the full-grid entries, twenty-third session).
+    pub gamma_after_x: bool,
 }
 
 impl Knobs {
@@ -182,6 +188,7 @@ impl Knobs {
             packed_fp8: false,
             scale_foldable: false,
             plane_width: 1,
+            gamma_after_x: false,
         }
     }
 }

@@ -40,6 +40,11 @@ pub const BLOCK: usize = 16;
 /// that a lane walking several rows loads and converts it once; wider caches read it per row.
 const GAMMA_REGISTER_BLOCKS: usize = 3;
 
+/// Blocks per lane up to which a full grid's cube loads gamma into registers with x (see
+/// [`Fp4Config::gamma_after_x`]): 16 more registers per block, where wider caches already hold
+/// 48 or more for x.
+const GAMMA_AFTER_X_BLOCKS: usize = 2;
+
 /// How block scales are formed (see the module docs and [`crate::formats::Nvfp4Recipe`]).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Fp4Recipe {
@@ -130,6 +135,15 @@ impl Fp4Knobs {
         self.caches_row(channels)
             && self.blocks_per_lane <= GAMMA_REGISTER_BLOCKS
             && self.max_cubes.is_some()
+    }
+
+    /// Whether a launch of these knobs whose cubes each have one row group (`one_group_per_cube`)
+    /// loads gamma into registers right after x ([`Fp4Config::gamma_after_x`]).
+    pub fn loads_gamma_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
+        one_group_per_cube
+            && !self.prefetch
+            && self.caches_row(channels)
+            && self.blocks_per_lane <= GAMMA_AFTER_X_BLOCKS
     }
 
     /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
@@ -269,6 +283,13 @@ pub struct Fp4Config {
     pub gamma_words: bool,
     /// [`crate::RowConfig::plane_width`] for the lane sums (set at launch).
     pub plane_width: u32,
+    /// Set at launch for one row group per cube (a full grid) with up to
+    /// [`GAMMA_AFTER_X_BLOCKS`] cached blocks per lane and no prefetch
+    /// ([`Fp4Knobs::loads_gamma_after_x`]): gamma goes into registers (`gamma_registers`), loaded
+    /// right after the group's x, in the loop that then runs once. Read per block at its use,
+    /// gamma's loads waited for the row's sum (one more memory round trip per cube, after the
+    /// shuffles).
+    pub gamma_after_x: bool,
 }
 
 impl Fp4Config {
@@ -304,6 +325,7 @@ impl Fp4Config {
             packed_fp8: false,
             scale_foldable: false,
             plane_width: self.plane_width,
+            gamma_after_x: false,
         }
     }
 }
@@ -794,7 +816,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
     let mut gt = Array::<Vector<f32, N>>::new(per_block);
-    if comptime![gamma_regs] {
+    if comptime![gamma_regs && !cfg.gamma_after_x] {
         load_lane_row::<G, N, W>(
             gamma,
             gamma_words,
@@ -866,6 +888,19 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                     blocks,
                     cfg,
                     cfg.x_words,
+                );
+            }
+            if comptime![cfg.gamma_after_x] {
+                load_lane_row::<G, N, W>(
+                    gamma,
+                    gamma_words,
+                    0usize,
+                    &mut g_regs,
+                    0usize,
+                    lane,
+                    blocks,
+                    cfg,
+                    cfg.gamma_words,
                 );
             }
         }
@@ -1066,7 +1101,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 xr[k] = xn[k];
             }
         }
-        group += CUBE_COUNT;
+        if comptime![cfg.gamma_after_x] {
+            // One group per cube: the loop ends here, as the compilers can see.
+            group = groups;
+        } else {
+            group += CUBE_COUNT;
+        }
     }
 }
 
@@ -1328,6 +1368,7 @@ pub fn launch_forward_nvfp4(
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,
         plane_width: reduction_plane_width(client),
+        gamma_after_x: false,
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {
@@ -1338,6 +1379,15 @@ pub fn launch_forward_nvfp4(
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
         .min(hw.max_cube_count.0 as usize);
+    let cfg = if knobs.loads_gamma_after_x(channels, cubes >= groups) {
+        Fp4Config {
+            gamma_registers: true,
+            gamma_after_x: true,
+            ..cfg
+        }
+    } else {
+        cfg
+    };
     let vecs_per_row = channels / v;
     let x_len = (rows - 1) * x_row_stride / v + vecs_per_row;
     let scales_len = match target.layout {
