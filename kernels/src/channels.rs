@@ -173,6 +173,19 @@ pub fn rms_norm_channels<E: Float, G: Float, N: Size>(
                     acc += f * f;
                 }
             }
+            if comptime![gamma_in_registers && cfg.single_tile] {
+                // Gamma's loads tied to the sum (under a condition false at run time, unknown
+                // to the compilers; see the backward): the SASS had one of them sunk past the
+                // sum's barrier, its channel's output then waiting for it.
+                let mut tie = 0.0f32;
+                #[unroll]
+                for i in 0..cpu {
+                    tie += g[i];
+                }
+                if CUBE_POS_Y > 0 {
+                    acc += Vector::new(tie);
+                }
+            }
         } else if active {
             let mut c = cy;
             while c < channels {
