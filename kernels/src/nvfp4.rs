@@ -41,9 +41,11 @@ pub const BLOCK: usize = 16;
 const GAMMA_REGISTER_BLOCKS: usize = 3;
 
 /// Blocks per lane up to which a full grid's cube loads gamma into registers with x (see
-/// [`Fp4Config::gamma_after_x`]): 16 more registers per block, where wider caches already hold
-/// 48 or more for x.
-const GAMMA_AFTER_X_BLOCKS: usize = 2;
+/// [`Fp4Config::gamma_after_x`]): 16 more registers per block. Measured on the H200
+/// (2026-12-03, `quant`, same call): one block per lane 2-9% faster on every such table entry
+/// (C = 128 T = 24960 9.02 -> 8.35 us), two blocks 1-3% slower (C = 1024 T = 399360 367.1 ->
+/// 376.9 us), so one.
+const GAMMA_AFTER_X_BLOCKS: usize = 1;
 
 /// How block scales are formed (see the module docs and [`crate::formats::Nvfp4Recipe`]).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
