@@ -114,10 +114,7 @@ fn main() {
     cfg.scale_foldable = fp8;
     cfg.plane_width = 32;
     // As the launch sets it for a full grid (`m-`: one row group per cube).
-    cfg.gamma_after_x = cfg.gamma == rmsnorm_silu_kernels::knobs::GammaIn::Registers
-        && !cfg.prefetch
-        && cfg.groups_per_ticket == 0
-        && knobs.max_cubes.is_none();
+    cfg.gamma_after_x = cfg.loads_gamma_after_x(knobs.max_cubes.is_none());
     let settings = cube_settings(knobs.lanes_per_row, knobs.rows_per_cube);
     let bf16 = ElemType::Float(FloatKind::BF16);
     let kernel = rms_norm_rows::RmsNormRows::new(

@@ -1742,10 +1742,7 @@ pub fn launch_forward_to(
     let vecs_per_row = channels / vector_size;
     let max_grid = client.properties().hardware.max_cube_count.0 as usize;
     let (groups, cubes) = knobs.groups_and_cubes(rows, max_grid);
-    cfg.gamma_after_x = cfg.gamma == GammaIn::Registers
-        && !cfg.prefetch
-        && cfg.groups_per_ticket == 0
-        && cubes >= groups;
+    cfg.gamma_after_x = cfg.loads_gamma_after_x(cubes >= groups);
     let x_len = (rows - 1) * x_row_stride / vector_size + vecs_per_row;
     let out_len = (rows - 1) * out_row_stride / vector_size + vecs_per_row;
     let address_type = AddressType::from_len(x_len.max(out_len) * vector_size);

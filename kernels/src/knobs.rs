@@ -194,6 +194,16 @@ impl Knobs {
 }
 
 impl RowConfig {
+    /// Whether a launch of this configuration whose cubes each have one row group
+    /// (`one_group_per_cube`) loads gamma after x ([`RowConfig::gamma_after_x`]): gamma in
+    /// registers, no prefetch, a fixed stride.
+    pub fn loads_gamma_after_x(&self, one_group_per_cube: bool) -> bool {
+        one_group_per_cube
+            && self.gamma == GammaIn::Registers
+            && !self.prefetch
+            && self.groups_per_ticket == 0
+    }
+
     /// Whether rows are packed side by side into planes: a plane reduction over a lane count
     /// that is not a power of two (the butterfly needs aligned power-of-two groups; packing
     /// keeps every row inside one plane and leaves only `plane % lanes` units of it idle, e.g.

@@ -680,6 +680,29 @@ fn load_lane_row<T: Float, N: Size, W: Size>(
     }
 }
 
+/// This lane's blocks of gamma into `g_regs` as f32 (gamma held in registers).
+#[cube]
+fn load_lane_gamma<G: Float, N: Size, W: Size>(
+    gamma: &[Vector<G, N>],
+    gamma_words: &[Vector<u32, W>],
+    g_regs: &mut Array<Vector<f32, N>>,
+    lane: usize,
+    blocks: usize,
+    #[comptime] cfg: Fp4Config,
+) {
+    load_lane_row::<G, N, W>(
+        gamma,
+        gamma_words,
+        0usize,
+        g_regs,
+        0usize,
+        lane,
+        blocks,
+        cfg,
+        cfg.gamma_words,
+    );
+}
+
 /// Vector `i` of `values` as f32: through the 32-bit word view `words` when `bf16` (see
 /// [`Fp4Config::x_words`]), else by the plain cast.
 #[cube]
@@ -819,17 +842,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
     let mut gt = Array::<Vector<f32, N>>::new(per_block);
     if comptime![gamma_regs && !cfg.gamma_after_x] {
-        load_lane_row::<G, N, W>(
-            gamma,
-            gamma_words,
-            0usize,
-            &mut g_regs,
-            0usize,
-            lane,
-            blocks,
-            cfg,
-            cfg.gamma_words,
-        );
+        load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
     }
     // Prefetch: the raw x of this step's rows (`xr`) and of the next step's (`xn`), loaded one
     // grid-stride step ahead.
@@ -893,17 +906,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 );
             }
             if comptime![cfg.gamma_after_x] {
-                load_lane_row::<G, N, W>(
-                    gamma,
-                    gamma_words,
-                    0usize,
-                    &mut g_regs,
-                    0usize,
-                    lane,
-                    blocks,
-                    cfg,
-                    cfg.gamma_words,
-                );
+                load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
             }
         }
         // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
@@ -1354,6 +1357,11 @@ pub fn launch_forward_nvfp4(
     let bf16 = ElemType::Float(cubecl::ir::FloatKind::BF16);
     // The word views need whole words per vector; offsets of vectors are then word-aligned.
     let words = v.is_multiple_of(2);
+    let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
+    let cubes = groups
+        .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
+        .min(hw.max_cube_count.0 as usize);
+    let gamma_after_x = knobs.loads_gamma_after_x(channels, cubes >= groups);
     let cfg = Fp4Config {
         vector_size: v,
         lanes_per_row: lanes,
@@ -1366,30 +1374,17 @@ pub fn launch_forward_nvfp4(
         recipe: target.recipe,
         layout: target.layout,
         prefetch: knobs.prefetch,
-        gamma_registers: knobs.holds_gamma_in_registers(channels),
+        gamma_registers: knobs.holds_gamma_in_registers(channels) || gamma_after_x,
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,
         plane_width: reduction_plane_width(client),
-        gamma_after_x: false,
+        gamma_after_x,
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {
         return bad(why);
     }
     let cube_dim = cube_dim(&cfg.rows());
-    let groups = rows.div_ceil((knobs.rows_per_cube * knobs.rows_per_unit) as usize);
-    let cubes = groups
-        .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
-        .min(hw.max_cube_count.0 as usize);
-    let cfg = if knobs.loads_gamma_after_x(channels, cubes >= groups) {
-        Fp4Config {
-            gamma_registers: true,
-            gamma_after_x: true,
-            ..cfg
-        }
-    } else {
-        cfg
-    };
     let vecs_per_row = channels / v;
     let x_len = (rows - 1) * x_row_stride / v + vecs_per_row;
     let scales_len = match target.layout {
