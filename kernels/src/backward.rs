@@ -22,8 +22,10 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{ForwardError, has_ptx_math, horizontal_sum, is_gpu, stage_words, tree_sum};
+use crate::activation::{LOG2_E, ptx_ex2_approx, ptx_rcp_approx};
+use crate::forward::{ForwardError, has_ptx_math, is_gpu, stage_words};
 use crate::knobs::LaneReduce;
+use crate::lanes::{horizontal_sum, tree_sum};
 use crate::params::{Activation, NormParams};
 
 /// The comptime shape of a backward launch.
@@ -132,12 +134,7 @@ pub(crate) fn activation_grad<N: Size>(
             #[unroll]
             for k in 0..N::value() {
                 let uk = u.extract(k);
-                s.insert(
-                    k,
-                    crate::forward::ptx_rcp_approx(
-                        1.0f32 + crate::forward::ptx_ex2_approx(uk * -crate::forward::LOG2_E),
-                    ),
-                );
+                s.insert(k, ptx_rcp_approx(1.0f32 + ptx_ex2_approx(uk * -LOG2_E)));
             }
         } else {
             s = one / (one + Vector::exp(Vector::<f32, N>::new(0.0f32) - u));
@@ -749,7 +746,7 @@ pub fn launch_backward_with(
         activation,
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
-        plane_width: crate::forward::reduction_plane_width(client),
+        plane_width: crate::lanes::reduction_plane_width(client),
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -847,7 +844,7 @@ pub fn launch_reduce_dgamma(
     let threads = 1u32 << wanted.min(max_units.max(1)).ilog2();
     // The units' sums meet by plane shuffles where the row kernels' lane sums do (the kernel
     // falls back to its shared-memory tree for a plane wider than the cube).
-    let plane = crate::forward::reduction_plane_width(client);
+    let plane = crate::lanes::reduction_plane_width(client);
     unsafe {
         rms_norm_reduce_dgamma::launch_unchecked(
             client,

@@ -16,9 +16,8 @@ use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{
-    ForwardError, LOG2_E, activate, has_ptx_math, is_gpu, silu_from_exponent, words_to_f32,
-};
+use crate::activation::{LOG2_E, activate, has_ptx_math, silu_from_exponent};
+use crate::forward::{ForwardError, is_gpu, words_to_f32};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
@@ -290,7 +289,7 @@ fn load_gamma<G: Float>(
 }
 
 /// The per-position scale the outputs multiply by: times `-log2(e)` for the PTX SiLU, which
-/// then works on `t = -y log2(e)` as the row kernel's (`forward::output_value`).
+/// then works on `t = -y log2(e)` as the row kernel's (`activation::output_value`).
 #[cube]
 fn position_scale<N: Size>(r: Vector<f32, N>, #[comptime] cfg: ChannelsConfig) -> Vector<f32, N> {
     let mut s = r;

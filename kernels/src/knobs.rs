@@ -112,7 +112,7 @@ pub struct RowConfig {
     /// (a larger scale would make `k` subnormal, flushed to zero, and `0 * inf` a NaN code).
     pub scale_foldable: bool,
     /// Units of a plane the shared-memory lane reduction may shuffle across (set at launch from
-    /// [`crate::forward::reduction_plane_width`]; 1 = no plane operations, as on the CPU
+    /// [`crate::lanes::reduction_plane_width`]; 1 = no plane operations, as on the CPU
     /// runtime). Rows wider than a plane then add each plane's lanes by shuffles and only the
     /// planes' sums through shared memory (2 barriers instead of `log2(lanes) + 2`).
     pub plane_width: u32,
@@ -231,7 +231,7 @@ impl RowConfig {
     }
 
     /// The PTX SiLU works on `t = -y log2(e)` (the row scale carries the `-log2(e)`), see
-    /// `forward::output_value`.
+    /// `activation::output_value`.
     pub fn exponent_domain(&self) -> bool {
         self.fast_math && self.activation == Activation::Silu
     }

@@ -9,6 +9,8 @@
 //!   per-architecture table ([`lut`]), a heuristic valid everywhere;
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
+//! - [`lanes`]: how the units of a row add up their partial sums (shared by the row kernels);
+//! - [`activation`]: the per-element math after the row scale (inverse RMS, the SiLU forms);
 //! - [`backward`]: the fused backward (dx, and dgamma reduced deterministically);
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
@@ -18,11 +20,13 @@
 //! - [`tickets`]: ticket counters for persistent grids that draw their work in order;
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
+pub mod activation;
 pub mod backward;
 pub mod channels;
 pub mod formats;
 pub mod forward;
 pub mod knobs;
+pub mod lanes;
 pub mod lut;
 pub mod nvfp4;
 pub mod params;

@@ -24,12 +24,12 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::forward::{
-    ForwardError, LOG2_E, RowsProblem, cube_dim, has_ptx_math, horizontal_sum, input_scale,
-    inv_rms, lane_layout_error, lane_sums, output_value, reduction_plane_width, rows_seen,
-    unit_lane, unit_row, words_to_f32,
-};
+use crate::activation::{LOG2_E, has_ptx_math, input_scale, inv_rms, output_value};
+use crate::forward::{ForwardError, RowsProblem, cube_dim, lane_layout_error, words_to_f32};
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
+use crate::lanes::{
+    horizontal_sum, lane_sums, reduction_plane_width, rows_seen, unit_lane, unit_row,
+};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
 
@@ -593,7 +593,7 @@ fn block_y<N: Size>(
     #[comptime] prescaled: bool,
 ) {
     let per_block = comptime![BLOCK / cfg.vector_size];
-    // The PTX SiLU in the exponent domain, as the row kernel's (`forward::output_value`).
+    // The PTX SiLU in the exponent domain, as the row kernel's (`activation::output_value`).
     let rows = comptime![cfg.rows()];
     let sv = Vector::<f32, N>::new(input_scale(scale, rows));
     let silu_k = f32::new(-LOG2_E);
