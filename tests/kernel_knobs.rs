@@ -431,17 +431,19 @@ fn check_cases_in_every_dtype(cases: Vec<(Knobs, usize, usize)>) {
     let only: Option<usize> = std::env::var("RMSNORM_KNOB_CASE")
         .ok()
         .and_then(|v| v.parse().ok());
-    let mut failures = Vec::new();
-    for (i, (k, rows, channels)) in cases.into_iter().enumerate() {
-        if only.is_some_and(|o| o != i) {
-            continue;
-        }
-        for dtype in [DType::BF16, DType::F32, DType::F16] {
-            record_failure(&mut failures, &format!("case {i}: "), || {
-                check_knobs(k, rows, channels, dtype, Activation::Silu)
-            });
-        }
-    }
+    let runs: Vec<_> = cases
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|o| o == *i))
+        .flat_map(|(i, (k, rows, channels))| {
+            [DType::BF16, DType::F32, DType::F16].map(|dtype| (i, k, rows, channels, dtype))
+        })
+        .collect();
+    let failures = run_cases(
+        &runs,
+        |_, &(i, ..)| format!("case {i}: "),
+        |&(_, k, rows, channels, dtype)| check_knobs(k, rows, channels, dtype, Activation::Silu),
+    );
     assert_no_failures(&failures);
 }
 
@@ -908,8 +910,7 @@ fn lut_configurations_match_the_reference() {
     let device = cube_device();
     let client = device.client();
     let sms = client.properties().hardware.num_streaming_multiprocessors;
-    let mut ran = 0;
-    let mut failures = Vec::new();
+    let mut runs = Vec::new();
     for table in tables() {
         // The FP8 entries are knobs of the same kernel: checked here on the bf16 output (the
         // FP8 encoding of each path is checked in `fp8.rs`).
@@ -935,13 +936,15 @@ fn lut_configurations_match_the_reference() {
                 );
                 continue;
             }
-            ran += 1;
-            record_failure(&mut failures, &format!("sm{} {k}: ", table.sm), || {
-                check_knobs(k, rows, e.channels, DType::BF16, Activation::Silu)
-            });
+            runs.push((table.sm, k, rows, e.channels));
         }
     }
-    eprintln!("ran {ran} table configurations");
+    eprintln!("running {} table configurations", runs.len());
+    let failures = run_cases(
+        &runs,
+        |_, (sm, k, ..)| format!("sm{sm} {k}: "),
+        |&(_, k, rows, channels)| check_knobs(k, rows, channels, DType::BF16, Activation::Silu),
+    );
     assert_no_failures(&failures);
 }
 

@@ -279,6 +279,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
     let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
     let mut rng = rng("nvfp4_knobs");
     let inputs = RescueRows::new(&mut rng, 13, 160);
+    let mut cases = Vec::new();
     for lanes in [1u32, 2, 4, 8, 16] {
         for reduce in [LaneReduce::Shared, LaneReduce::Plane] {
             for rows_per_cube in [1u32, 2, 4] {
@@ -312,12 +313,14 @@ fn every_nvfp4_knob_path_matches_the_host() {
                         {
                             continue;
                         }
-                        inputs.check(knobs);
+                        cases.push(knobs);
                     }
                 }
             }
         }
     }
+    let failures = run_cases(&cases, |_, k| format!("{k}: "), |&k| inputs.check(k));
+    assert_no_failures(&failures);
 }
 
 /// Lane counts that are not powers of two (C = 160: 10 blocks on 10, 5 or 3 lanes; C = 96: 6

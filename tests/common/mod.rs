@@ -182,6 +182,54 @@ pub fn record_failure(failures: &mut Vec<String>, label: &str, check: impl FnOnc
     }
 }
 
+/// Runs `check` on every case and returns the failures (see [`record_failure`]), each prefixed
+/// by `label(index, case)`, in case order. On CUDA up to 8 cases run at once on their own
+/// threads: a case's time is mostly its kernels' NVRTC compilation on the host (seconds each),
+/// so one thread left `every_knob_path_writes_every_element` unfinished after 450 s cold on the
+/// H200 (2026-12-03). Elsewhere the cases run in order on the calling thread (CI already runs
+/// the tests side by side). `RMSNORM_TEST_CASE_THREADS=n` sets the thread count anywhere.
+pub fn run_cases<T: Sync>(
+    cases: &[T],
+    label: impl Fn(usize, &T) -> String + Sync,
+    check: impl Fn(&T) + Sync,
+) -> Vec<String> {
+    let workers = match std::env::var("RMSNORM_TEST_CASE_THREADS").map(|v| v.parse::<usize>()) {
+        Ok(Ok(n)) => n.max(1),
+        _ if on_gpu() => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        _ => 1,
+    };
+    let run = |i: usize, case: &T| {
+        let mut failures = Vec::new();
+        record_failure(&mut failures, &label(i, case), || check(case));
+        failures.into_iter().map(move |f| (i, f))
+    };
+    let mut found: Vec<(usize, String)> = if workers <= 1 {
+        cases
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| run(i, c))
+            .collect()
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let found = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(case) = cases.get(i) else { break };
+                        let failed: Vec<_> = run(i, case).collect();
+                        found.lock().unwrap().extend(failed);
+                    }
+                });
+            }
+        });
+        found.into_inner().unwrap()
+    };
+    found.sort_by_key(|(i, _)| *i);
+    found.into_iter().map(|(_, f)| f).collect()
+}
+
 /// Fails with every recorded failure.
 pub fn assert_no_failures(failures: &[String]) {
     assert!(
