@@ -23,10 +23,11 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::activation::{LOG2_E, ptx_ex2_approx, ptx_rcp_approx};
-use crate::forward::{ForwardError, has_ptx_math, is_gpu, stage_words};
+use crate::forward::{ForwardError, has_ptx_math, is_gpu};
 use crate::knobs::LaneReduce;
 use crate::lanes::{horizontal_sum, tree_sum};
 use crate::params::{Activation, NormParams};
+use crate::row_io::stage_words;
 
 /// The comptime shape of a backward launch.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]

@@ -17,9 +17,10 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::activation::{LOG2_E, activate, has_ptx_math, silu_from_exponent};
-use crate::forward::{ForwardError, is_gpu, words_to_f32};
+use crate::forward::{ForwardError, is_gpu};
 use crate::params::{Activation, NormParams};
 use crate::rescue::{prescale_vector, small_eps};
+use crate::row_io::words_to_f32;
 use crate::select::widest_vector;
 
 /// Channels whose gamma a unit of the forward keeps in registers; a longer cache reads gamma

@@ -15,11 +15,16 @@ use cubecl::server::Handle;
 
 pub use crate::activation::has_ptx_math;
 use crate::activation::{input_scale, inv_rms, output_value, silu_constant};
+use crate::fp8_out::{e4m3_words, encode, nan_max, vector_amax};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 pub use crate::lanes::reduction_plane_width;
-use crate::lanes::{horizontal_sum, lane_sums, rows_seen, unit_lane, unit_row};
+use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
+use crate::row_io::{
+    add_squares, cached, load_gamma_registers, load_rows, squares_total, stage_words,
+    staged_to_f32, streamed_sum_sq,
+};
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
@@ -62,63 +67,6 @@ impl core::fmt::Display for ForwardError {
 
 impl std::error::Error for ForwardError {}
 
-/// `z` in the output dtype; for FP8 (`z` already multiplied by the scale) the saturated code
-/// (a NaN passes the clamp and stays NaN). With `saturating_cast` the cast itself saturates and
-/// the clamp is left out (see [`e4m3_words`] for the packed form).
-#[cube]
-fn encode<O: Float, N: Size>(
-    z: Vector<f32, N>,
-    #[comptime] output: Output,
-    #[comptime] saturating_cast: bool,
-) -> Vector<O, N> {
-    let mut v = z;
-    if comptime![output.is_fp8() && !saturating_cast] {
-        let hi = Vector::<f32, N>::new(448.0f32);
-        let lo = Vector::<f32, N>::new(-448.0f32);
-        v = select_many(v.greater_than(&hi), hi, v);
-        v = select_many(v.less_than(&lo), lo, v);
-    }
-    Vector::<O, N>::cast_from(v)
-}
-
-/// The saturated E4M3 codes of `v` as `V = N / 4` words, two codes per PTX
-/// `cvt.rn.satfinite.e4m3x2.f32` (sm_89+): the same codes as the scalar cast, with half the
-/// conversions and the words stored as they are (written through the output's word view, the
-/// compiler leaves the bytes in place instead of splitting and repacking them).
-#[cube]
-fn e4m3_words<N: Size, V: Size>(v: Vector<f32, N>) -> Vector<u32, V> {
-    let mut words = Vector::<u32, V>::new(0u32);
-    #[unroll]
-    for w in 0..V::value() {
-        words.insert(
-            w,
-            ptx_e4m3x4(
-                v.extract(4 * w),
-                v.extract(4 * w + 1),
-                v.extract(4 * w + 2),
-                v.extract(4 * w + 3),
-            ),
-        );
-    }
-    words
-}
-
-/// Four saturated E4M3 codes in one word, byte `k` the code of `xk` (PTX, sm_89+).
-#[cube]
-pub(crate) fn ptx_e4m3x4(x0: f32, x1: f32, x2: f32, x3: f32) -> u32 {
-    let out: u32;
-    gpu_asm!(
-        "{{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, {b}, {a}; cvt.rn.satfinite.e4m3x2.f32 hi, {d}, {c}; mov.b32 {o}, {{lo, hi}}; }}",
-        o = out(_) out,
-        a = in(_) x0,
-        b = in(_) x1,
-        c = in(_) x2,
-        d = in(_) x3,
-        options(pure, nomem)
-    );
-    out
-}
-
 /// A GPU for the launch shapes of the kernels without knobs: plane ops and planes of at least
 /// 32 units (the CPU runtime has neither).
 pub(crate) fn is_gpu(client: &Client) -> bool {
@@ -127,37 +75,6 @@ pub(crate) fn is_gpu(client: &Client) -> bool {
         .plane
         .contains(cubecl::ir::features::Plane::Ops);
     has_plane_ops && client.properties().hardware.plane_size_min >= 32
-}
-
-/// Gamma's vectors of this lane into registers as f32 (`GammaIn::Registers`).
-#[cube]
-fn load_gamma_registers<G: Float, N: Size>(
-    gamma: &[Vector<G, N>],
-    g_regs: &mut Array<Vector<f32, N>>,
-    lane: usize,
-    vecs_per_row: usize,
-    #[comptime] cfg: RowConfig,
-) {
-    let lanes = comptime![cfg.lanes_per_row as usize];
-    #[unroll]
-    for i in 0..comptime![cfg.vectors_per_lane] {
-        let j = lane + i * lanes;
-        if comptime![cfg.prefetch] {
-            // (A persistent prefetching cube loads gamma once; the unconditional form below
-            // made ptxas spill in the FP8 C = 96 kernel, 5-8% slower.)
-            g_regs[i] = Vector::<f32, N>::new(0.0f32);
-            if j < vecs_per_row {
-                g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
-            }
-        } else {
-            // Unconditional loads (a vector past the row reads the last one, never used), all
-            // in flight together: under `if j < vecs_per_row` each waited for the one before,
-            // ahead of the first row's loads (a cube of a full grid has one row group: C = 1024
-            // with one row per plane and gamma in registers, 151 -> 109 us at T = 99840).
-            g_regs[i] =
-                Vector::<f32, N>::cast_from(gamma[select(j < vecs_per_row, j, vecs_per_row - 1)]);
-        }
-    }
 }
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
@@ -593,25 +510,6 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     }
 }
 
-/// `max |y|` over a vector's lanes when the output records amax; 0 otherwise (compiled out).
-#[cube]
-fn vector_amax<N: Size>(y: Vector<f32, N>, #[comptime] output: Output) -> f32 {
-    let mut m = 0.0f32;
-    if comptime![output == Output::Fp8E4M3WithAmax] {
-        #[unroll]
-        for k in 0..N::value() {
-            m = nan_max(m, y.extract(k).abs());
-        }
-    }
-    m
-}
-
-/// `max(a, b)` that keeps a NaN from either side (a NaN `y` makes amax NaN).
-#[cube]
-pub(crate) fn nan_max(a: f32, b: f32) -> f32 {
-    select(b > a || b.is_nan(), b, a)
-}
-
 /// Reduces the per-unit maxima to one value: every unit of one cube strides over them, then a
 /// shared-memory tree (the cube size is a power of two).
 #[cube(launch_unchecked)]
@@ -639,186 +537,6 @@ pub fn rms_norm_reduce_amax(partial: &[f32], amax: &mut [f32], len: usize, #[com
     if unit == 0 {
         amax[0] = shared[0];
     }
-}
-
-/// Writes `count` vectors of words from `regs` into this unit's slots `offset..offset + count`
-/// of `staged` (slot `k` of unit `u` at `k * units + u`, so neighbouring units write
-/// neighbouring addresses). Only this unit reads them back: no barrier.
-#[cube]
-pub(crate) fn stage_words<W: Size>(
-    regs: &Array<Vector<u32, W>>,
-    staged: &mut Shared<[Vector<u32, W>]>,
-    #[comptime] offset: usize,
-    #[comptime] count: usize,
-    #[comptime] units: usize,
-) {
-    let unit = UNIT_POS as usize;
-    #[unroll]
-    for k in 0..count {
-        staged[(offset + k) * units + unit] = regs[k];
-    }
-}
-
-/// Loads this unit's share of the rows `first_row + r * rows_per_cube` (`r < rows_per_unit`) into
-/// `xs`. The prefetch loads 32-bit words (`x_words`, `x` viewed as words: one vector of `x` per
-/// vector of words): the compiler splits vectors of 16-bit floats into 16-bit values and
-/// repacks them right after the load, which waits for the load and defeats the prefetch.
-/// A slot of a row past the end or of a column past the row loads the last row's or column's
-/// vector instead (every reader masks those slots), so the loads need no condition either and
-/// are all in flight together.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_rows<T: Scalar, W: Size>(
-    x_words: &[Vector<T, W>],
-    xs: &mut Array<Vector<T, W>>,
-    lane: usize,
-    first_row: usize,
-    rows: usize,
-    x_row_stride: usize,
-    vecs_per_row: usize,
-    #[comptime] cfg: RowConfig,
-) {
-    let lanes = comptime![cfg.lanes_per_row as usize];
-    let vpl = comptime![cfg.vectors_per_lane];
-    #[unroll]
-    for r in 0..comptime![cfg.rows_per_unit as usize] {
-        let row = first_row + r * comptime![cfg.rows_per_cube as usize];
-        let base = select(row < rows, row, rows - 1) * x_row_stride;
-        #[unroll]
-        for i in 0..vpl {
-            let j = lane + i * lanes;
-            let j = select(j < vecs_per_row, j, vecs_per_row - 1);
-            xs[r * vpl + i] = x_words[base + j];
-        }
-    }
-}
-
-/// Slot `k` of the register cache in f32 (converted here, or already f32 with `f32_cache`).
-/// Staged bf16 (prefetch, `W` words per vector) with one vector per lane converts through the
-/// words, as [`words_to_f32`]: one integer instruction per value, where the compiler's bf16
-/// cast spends a byte permute more on each high half (FP8 C = 64, T = 399360: 6.6% faster on
-/// the H200). With more vectors per lane the compiler's cast stays: it keeps the converted
-/// values for the output pass instead (more registers, fewer instructions), which measured
-/// faster there (FP8 C = 1024, T = 99840: 5% slower through the words).
-#[cube]
-fn cached<E: Float, N: Size, W: Size>(
-    xs: &Array<Vector<E, N>>,
-    xf: &Array<Vector<f32, N>>,
-    k: usize,
-    #[comptime] cfg: RowConfig,
-) -> Vector<f32, N> {
-    if comptime![cfg.f32_cache] {
-        xf[k]
-    } else if comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1] {
-        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(xs[k]), true)
-    } else {
-        Vector::<f32, N>::cast_from(xs[k])
-    }
-}
-
-/// Adds the squares of `f`, one of a lane's `vectors` vectors of a row, to `acc`: the vector
-/// of partial sums (`N` independent chains across the vectors), or with one vector per lane
-/// its [`sum_squares`] in element 0. [`squares_total`] then gives the lane's sum.
-#[cube]
-pub(crate) fn add_squares<N: Size>(
-    acc: &mut Vector<f32, N>,
-    f: Vector<f32, N>,
-    #[comptime] vectors: usize,
-) {
-    if comptime![vectors == 1] {
-        acc.insert(0usize, sum_squares::<N>(f));
-    } else {
-        *acc += f * f;
-    }
-}
-
-/// The lane's sum of an [`add_squares`] accumulator.
-#[cube]
-pub(crate) fn squares_total<N: Size>(acc: Vector<f32, N>, #[comptime] vectors: usize) -> f32 {
-    if comptime![vectors == 1] {
-        acc.extract(0usize)
-    } else {
-        horizontal_sum::<N>(acc)
-    }
-}
-
-/// `sum(f^2)` in two chains of fused multiply-adds (even and odd elements) and one add: 9
-/// instructions for 8 values where squaring into a vector and adding its elements up takes
-/// 15. For a lane that holds one vector of its row; with several, the vector of partial sums
-/// (`N` independent chains across the vectors) stays cheaper per value.
-#[cube]
-pub(crate) fn sum_squares<N: Size>(f: Vector<f32, N>) -> f32 {
-    let mut even = 0.0f32;
-    let mut odd = 0.0f32;
-    #[unroll]
-    for k in 0..N::value() {
-        let v = f.extract(k);
-        // `k` is a constant after unrolling: the branch folds away.
-        if k % 2 == 0 {
-            even = fma(v, v, even);
-        } else {
-            odd = fma(v, v, odd);
-        }
-    }
-    even + odd
-}
-
-/// A staged vector of words as f32 values: bf16 by integer operations on each word (element
-/// `2w` is the low half, `2w + 1` the high half: `w << 16` and `w & 0xffff0000` are their f32
-/// bits, one instruction each; the compiler's bf16 members cost a byte permute more for the
-/// high halves), other dtypes by the plain cast.
-#[cube]
-fn staged_to_f32<E: Float, N: Size, W: Size>(
-    words: Vector<u32, W>,
-    #[comptime] cfg: RowConfig,
-) -> Vector<f32, N> {
-    words_to_f32::<E, N, W>(words, cfg.bf16_input)
-}
-
-/// [`staged_to_f32`] for any kernel: `bf16` says that `E` is bf16 (then integer operations).
-#[cube]
-pub(crate) fn words_to_f32<E: Float, N: Size, W: Size>(
-    words: Vector<u32, W>,
-    #[comptime] bf16: bool,
-) -> Vector<f32, N> {
-    if comptime![bf16] {
-        let mut f = Vector::<f32, N>::new(0.0f32);
-        #[unroll]
-        for w in 0..W::value() {
-            let word = words.extract(w);
-            f.insert(2 * w, f32::reinterpret(word << 16u32));
-            f.insert(2 * w + 1, f32::reinterpret(word & 0xffff_0000u32));
-        }
-        f
-    } else {
-        Vector::<f32, N>::cast_from(Vector::<E, N>::reinterpret(words))
-    }
-}
-
-/// This lane's share of `sum((p * x)^2)` over one row, read from global memory (the streaming
-/// variant); 0 for an inactive row.
-#[cube]
-fn streamed_sum_sq<E: Float, N: Size>(
-    x: &[Vector<E, N>],
-    lane: usize,
-    base: usize,
-    vecs_per_row: usize,
-    active: bool,
-    p: f32,
-    #[comptime] cfg: RowConfig,
-) -> f32 {
-    let lanes = comptime![cfg.lanes_per_row as usize];
-    let pv = Vector::<f32, N>::new(p);
-    let mut acc = Vector::<f32, N>::new(0.0f32);
-    if active {
-        let mut j = lane;
-        while j < vecs_per_row {
-            let v = Vector::<f32, N>::cast_from(x[base + j]) * pv;
-            acc += v * v;
-            j += lanes;
-        }
-    }
-    horizontal_sum::<N>(acc)
 }
 
 /// Stores `y` (from [`output_value`]) at vector `idx` of the output: cast to the output dtype,

@@ -11,6 +11,9 @@
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`lanes`]: how the units of a row add up their partial sums (shared by the row kernels);
 //! - [`activation`]: the per-element math after the row scale (inverse RMS, the SiLU forms);
+//! - [`row_io`]: how a unit loads its vectors (together, clamped; prefetch staging; gamma) and
+//!   sums their squares;
+//! - [`fp8_out`]: the FP8 E4M3 output (saturated codes, packed PTX conversion, amax);
 //! - [`backward`]: the fused backward (dx, and dgamma reduced deterministically);
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
@@ -25,6 +28,7 @@ pub mod backward;
 pub mod channels;
 pub mod formats;
 pub mod forward;
+pub mod fp8_out;
 pub mod knobs;
 pub mod lanes;
 pub mod lut;
@@ -33,6 +37,7 @@ pub mod params;
 pub mod quant;
 pub mod reference;
 pub mod rescue;
+pub mod row_io;
 pub mod select;
 pub mod tickets;
 pub mod timing;

@@ -25,13 +25,14 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::activation::{LOG2_E, has_ptx_math, input_scale, inv_rms, output_value};
-use crate::forward::{ForwardError, RowsProblem, cube_dim, lane_layout_error, words_to_f32};
+use crate::forward::{ForwardError, RowsProblem, cube_dim, lane_layout_error};
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::lanes::{
     horizontal_sum, lane_sums, reduction_plane_width, rows_seen, unit_lane, unit_row,
 };
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
+use crate::row_io::words_to_f32;
 
 /// Elements per NVFP4 block.
 pub const BLOCK: usize = 16;
