@@ -180,16 +180,12 @@ fn nvfp4(args: &[String]) {
         layout: ScaleLayout::RowMajor,
         prefetch: knobs.prefetch && cached,
         // As `launch_forward_nvfp4` sets them for bf16 on a CUDA device.
-        gamma_registers: knobs.holds_gamma_in_registers(channels),
+        // A full grid (`m-`) has one row group per cube.
+        gamma_registers: knobs.gamma_in_registers(channels, knobs.max_cubes.is_none()),
         x_words: knobs.vector_size.is_multiple_of(2),
         gamma_words: knobs.vector_size.is_multiple_of(2),
         plane_width: 32,
-        // A full grid (`m-`) has one row group per cube.
         gamma_after_x: knobs.loads_gamma_after_x(channels, knobs.max_cubes.is_none()),
-    };
-    let cfg = Fp4Config {
-        gamma_registers: cfg.gamma_registers || cfg.gamma_after_x,
-        ..cfg
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

@@ -782,7 +782,7 @@ pub fn launch_forward_nvfp4(
     let cubes = groups
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
         .min(hw.max_cube_count.0 as usize);
-    let gamma_after_x = knobs.loads_gamma_after_x(channels, cubes >= groups);
+    let one_group_per_cube = cubes >= groups;
     let cfg = Fp4Config {
         vector_size: v,
         lanes_per_row: lanes,
@@ -795,11 +795,11 @@ pub fn launch_forward_nvfp4(
         recipe: target.recipe,
         layout: target.layout,
         prefetch: knobs.prefetch,
-        gamma_registers: knobs.holds_gamma_in_registers(channels) || gamma_after_x,
+        gamma_registers: knobs.gamma_in_registers(channels, one_group_per_cube),
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,
         plane_width: reduction_plane_width(client),
-        gamma_after_x,
+        gamma_after_x: knobs.loads_gamma_after_x(channels, one_group_per_cube),
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {

@@ -89,6 +89,14 @@ impl Fp4Knobs {
             && self.blocks_per_lane <= GAMMA_AFTER_X_BLOCKS
     }
 
+    /// Whether a launch of these knobs keeps gamma in registers
+    /// ([`Fp4Config::gamma_registers`]): a persistent grid's small cache, or gamma loaded with x
+    /// on a grid of one row group per cube.
+    pub fn gamma_in_registers(&self, channels: usize, one_group_per_cube: bool) -> bool {
+        self.holds_gamma_in_registers(channels)
+            || self.loads_gamma_after_x(channels, one_group_per_cube)
+    }
+
     /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
