@@ -8,8 +8,9 @@
 //! cargo bench --bench rmsnorm -- backward      # the fused backward against its copy roof
 //! cargo bench --bench rmsnorm -- quant         # FP8 and NVFP4 outputs (NVFP4 knobs swept;
 //!                                              # RMSNORM_QUANT_SWEEP=0: the selected knobs only)
-//! RMSNORM_AB="96 24960 bf16 <knobs> <knobs>; ..." cargo bench --bench rmsnorm -- ab
-//!                                              # knobs side by side in one run (5 rounds)
+//! RMSNORM_AB="96 24960 bf16 selected <knobs>; ..." cargo bench --bench rmsnorm -- ab
+//!                                              # knobs side by side in one run (5 rounds;
+//!                                              # `selected`: the crate's own choice)
 //! cargo bench --bench rmsnorm -- copies        # copy shapes of the same bytes (the roof's choice)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
@@ -1610,9 +1611,10 @@ fn quant(timer: &mut Timer, args: &Args) {
 }
 
 /// Same-run comparison of row-kernel knobs: `RMSNORM_AB="C T out knobs knobs ...; ..."` (out
-/// `bf16` or `fp8`). Five rounds, each timing every knobs string and the same-bytes copy
-/// (50 runs each, medians), so drift between them hits all alike; prints each one's median
-/// over the rounds and its ratio to the copy.
+/// `bf16` or `fp8`; a knobs word `selected` stands for the crate's own selection). Five
+/// rounds, each timing every knobs string and the same-bytes copy (50 runs each, medians), so
+/// drift between them hits all alike; prints each one's median over the rounds and its ratio
+/// to the copy.
 fn ab(timer: &mut Timer) {
     let spec = std::env::var("RMSNORM_AB").expect("RMSNORM_AB=\"C T out knobs knobs ...; ...\"");
     for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
@@ -1630,9 +1632,25 @@ fn ab(timer: &mut Timer) {
             "fp8" => true,
             other => panic!("RMSNORM_AB case `{case}`: out must be bf16 or fp8, got `{other}`"),
         };
+        // `selected`: what the crate picks for this shape and output (the table entry with its
+        // grid, `m` = occupancy x SMs), so that a comparison with the table needs no knobs
+        // copied by hand from the table files.
         let knobs: Vec<Knobs> = knobs
             .iter()
-            .map(|k| Knobs::parse(k).unwrap_or_else(|e| panic!("{e}")))
+            .map(|k| match *k {
+                "selected" => {
+                    burn_rmsnorm_silu::kernels::select::select_output_knobs_with_source(
+                        &timer.client,
+                        b.problem,
+                        2,
+                        2,
+                        out,
+                        256,
+                    )
+                    .0
+                }
+                k => Knobs::parse(k).unwrap_or_else(|e| panic!("{e}")),
+            })
             .collect();
         let mut times = vec![Vec::new(); knobs.len()];
         let mut copies = Vec::new();
