@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds release binaries here and packs them (stripped, xz) into gpu/ for the `device` tool,
 # which carries gpu/ to a GPU machine that has no Rust toolchain (at most two or three fit in
-# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [wan] [wan-untuned]   (default: tests demo)
+# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [wan] [wan-untuned] [fixtures]   (default: tests demo)
 # tests, bench and wan are built CUDA-only (GPU_FEATURES; the CubeCL CPU runtime is not needed
 # there). Sizes (xz): tests ~31 MB, bench ~27 MB, wan ~31 MB; fixtures 17 MB.
 # Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
@@ -30,6 +30,11 @@ for w in "${what[@]}"; do
              # The cross-check fixtures and key lists for the CUDA fixture tests.
              mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
                  ../shared/fixtures/wan_keys gpu/fixtures/ ;;
+        # The cross-check fixtures alone, for the tests' Wan fixture cases on CUDA (with
+        # `tests`: ~47 MB, within the carry; the bench does not fit beside them).
+        fixtures) mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
+                 ../shared/fixtures/wan_keys gpu/fixtures/
+             continue ;;
         # The Wan example without Burn's autotuning (gpu-wan-untuned/Cargo.toml says why).
         wan-untuned) (cd gpu-wan-untuned && CARGO_TARGET_DIR=../target cargo build --release --offline)
              bin=target/release/wan_vae_decode_untuned ;;
