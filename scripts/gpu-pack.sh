@@ -20,6 +20,11 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1
 }
 rm -f gpu/*.xz; rm -rf gpu/fixtures
+# The cross-check fixtures and key lists for the CUDA fixture tests.
+pack_fixtures() {
+    mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
+        ../shared/fixtures/wan_keys gpu/fixtures/
+}
 for w in "${what[@]}"; do
     case "$w" in
         tests) bin=$(artifact test --release "${gpu_features[@]}" --test main) ;;
@@ -27,14 +32,10 @@ for w in "${what[@]}"; do
         demo) cargo build --release --tests --examples; bin=target/release/examples/demo ;;
         wan) cargo build --release "${gpu_features[@]}" --example wan_vae_decode
              bin=target/release/examples/wan_vae_decode
-             # The cross-check fixtures and key lists for the CUDA fixture tests.
-             mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
-                 ../shared/fixtures/wan_keys gpu/fixtures/ ;;
+             pack_fixtures ;;
         # The cross-check fixtures alone, for the tests' Wan fixture cases on CUDA (with
         # `tests`: ~47 MB, within the carry; the bench does not fit beside them).
-        fixtures) mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
-                 ../shared/fixtures/wan_keys gpu/fixtures/
-             continue ;;
+        fixtures) pack_fixtures; continue ;;
         # The Wan example without Burn's autotuning (gpu-wan-untuned/Cargo.toml says why).
         wan-untuned) (cd gpu-wan-untuned && CARGO_TARGET_DIR=../target cargo build --release --offline)
              bin=target/release/wan_vae_decode_untuned ;;
