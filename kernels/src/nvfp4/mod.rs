@@ -38,7 +38,7 @@ mod encode;
 mod selection;
 
 pub use encode::{E2M1_CODE_BIAS, E2M1_UNSATURATED_BELOW, e2m1_biased_code, e2m1_code};
-use encode::{clamp_e4m3, write_block};
+use encode::{ENCODE_TABLE_LEN, clamp_e4m3, fill_encode_table, write_block};
 pub use selection::{Fp4Knobs, heuristic_fp4_knobs, packed_lanes, select_fp4_knobs, sm90_table};
 
 /// Elements per NVFP4 block.
@@ -148,6 +148,10 @@ impl Fp4Config {
     }
 }
 
+/// A block's 16 codes as two words stored together (one 8-byte store per block: a plane of
+/// lanes writes contiguous bytes, where two 4-byte stores each touched every other word).
+pub(crate) type CodeWords = Vector<u32, Const<2>>;
+
 /// Where a block goes: row `row`, block column `b` of `blocks`; `column_tiles` for the swizzle.
 #[derive(CubeType, Clone, Copy)]
 struct BlockAt {
@@ -256,12 +260,13 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
     gt: &mut Array<Vector<f32, N>>,
     gamma: &[Vector<G, N>],
     gamma_words: &[Vector<u32, W>],
-    codes: &mut [u32],
+    codes: &mut [CodeWords],
     scales: &mut [S],
     at: BlockAt,
     scale: f32,
     p: f32,
     s_enc: f32,
+    encode_table: &Shared<[f32]>,
     ys: &mut Array<Vector<f32, N>>,
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
@@ -282,14 +287,27 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
             column_tiles: at.column_tiles,
         };
         write_block::<S, N>(
-            &*xt, 0, &*gt, 0, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
+            &*xt,
+            0,
+            &*gt,
+            0,
+            codes,
+            scales,
+            block,
+            scale,
+            p,
+            s_enc,
+            encode_table,
+            ys,
+            cfg,
+            prescaled,
         );
         b += lanes;
     }
 }
 
 /// The NVFP4 kernel. `x` and `gamma` are vectors of `N` elements (`16 % N == 0`); `codes` holds
-/// two words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
+/// one pair of words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
 /// `scales` one `S` (E4M3) per block at [`scale_offset`].
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
@@ -298,7 +316,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     x_words: &[Vector<u32, W>],
     gamma: &[Vector<G, N>],
     gamma_words: &[Vector<u32, W>],
-    codes: &mut [u32],
+    codes: &mut [CodeWords],
     scales: &mut [S],
     rows: usize,
     blocks: usize,
@@ -323,6 +341,14 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
+    let table_len = comptime![match cfg.recipe {
+        Fp4Recipe::TransformerEngine => ENCODE_TABLE_LEN,
+        Fp4Recipe::Cudnn => 1usize,
+    }];
+    let mut encode_table = Shared::<[f32]>::new_slice(table_len);
+    if comptime![cfg.recipe == Fp4Recipe::TransformerEngine] {
+        fill_encode_table(&mut encode_table, s_enc);
+    }
     // Rows packed into planes (a lane count that is not a power of two): `32 / lanes` rows side
     // by side in each plane of the cube's x axis, the plane's last `32 % lanes` units idle
     // (they take part in the shuffles, and see no rows).
@@ -536,6 +562,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         scale,
                                         1.0f32,
                                         s_enc,
+                                        &encode_table,
                                         &mut ys,
                                         cfg,
                                         false,
@@ -549,8 +576,20 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         cfg,
                                     );
                                     write_block::<S, N>(
-                                        &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
-                                        s_enc, &mut ys, cfg, false,
+                                        &xf,
+                                        first,
+                                        &gt,
+                                        0,
+                                        codes,
+                                        scales,
+                                        at,
+                                        scale,
+                                        1.0f32,
+                                        s_enc,
+                                        &encode_table,
+                                        &mut ys,
+                                        cfg,
+                                        false,
                                     );
                                 }
                             }
@@ -575,6 +614,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                             scale,
                             1.0f32,
                             s_enc,
+                            &encode_table,
                             &mut ys,
                             cfg,
                             false,
@@ -601,6 +641,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                         scale,
                         p,
                         s_enc,
+                        &encode_table,
                         &mut ys,
                         cfg,
                         true,
@@ -715,6 +756,13 @@ pub fn launch_forward_nvfp4(
             "NVFP4 needs C a multiple of 16 and dense output rows (C = {channels}, output row \
              stride {})",
             problem.out_row_stride
+        ));
+    }
+    let codes_offset = target.codes.offset_start.unwrap_or(0);
+    if !codes_offset.is_multiple_of(8) {
+        return bad(format!(
+            "NVFP4 codes must start on an 8-byte boundary (one 8-byte store per block); the \
+             codes buffer starts at byte offset {codes_offset}"
         ));
     }
     let blocks = channels / BLOCK;
@@ -836,7 +884,7 @@ pub fn launch_forward_nvfp4(
             BufferArg::from_raw_parts(x, x_words_len),
             BufferArg::from_raw_parts(gamma.clone(), vecs_per_row),
             BufferArg::from_raw_parts(gamma, gamma_words_len),
-            BufferArg::from_raw_parts(target.codes, rows * blocks * 2),
+            BufferArg::from_raw_parts(target.codes, rows * blocks),
             BufferArg::from_raw_parts(target.scales, scales_len),
             rows,
             blocks,
