@@ -346,9 +346,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         Fp4Recipe::Cudnn => 1usize,
     }];
     let mut encode_table = Shared::<[f32]>::new_slice(table_len);
-    if comptime![cfg.recipe == Fp4Recipe::TransformerEngine] {
-        fill_encode_table(&mut encode_table, s_enc);
-    }
     // Rows packed into planes (a lane count that is not a power of two): `32 / lanes` rows side
     // by side in each plane of the cube's x axis, the plane's last `32 % lanes` units idle
     // (they take part in the shuffles, and see no rows).
@@ -441,6 +438,13 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             }
             if comptime![cfg.gamma_after_x] {
                 load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
+            }
+        }
+        // The encode-scale table, once per cube while its first loads are in flight (filled
+        // before them, its barrier held every load of a one-group cube back).
+        if comptime![cfg.recipe == Fp4Recipe::TransformerEngine] {
+            if group == CUBE_POS {
+                fill_encode_table(&mut encode_table, s_enc);
             }
         }
         // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
