@@ -107,38 +107,6 @@ fn div_by_6(p: f32, #[comptime] fused: bool) -> f32 {
     }
 }
 
-/// Entries of [`fill_encode_table`]: one per E4M3 byte.
-pub(super) const ENCODE_TABLE_LEN: usize = 256;
-
-/// The TransformerEngine recipe's encode scale `s_enc / s` for every E4M3 scale byte `s` (0 for
-/// a zero scale, NaN for the NaN bytes), one IEEE division per entry, shared by the cube: the
-/// block then looks its scale byte up instead of decoding it and dividing (about ten
-/// instructions per block of 16 values). Units fill it together; the cube syncs once.
-#[cube]
-pub(super) fn fill_encode_table(table: &mut Shared<[f32]>, s_enc: f32) {
-    let mut b = UNIT_POS as usize;
-    while b < ENCODE_TABLE_LEN {
-        table[b] = s_enc_over_e4m3(s_enc, b as u32);
-        b += CUBE_DIM as usize;
-    }
-    sync_cube();
-}
-
-/// `s_enc / s` for the E4M3 byte `byte` (`s` = 0: 0; NaN bytes: NaN), as the unrolled path
-/// computes it from the decoded scale.
-#[cube]
-pub(super) fn s_enc_over_e4m3(s_enc: f32, byte: u32) -> f32 {
-    let e = (byte >> 3u32) & 15u32;
-    let m = byte & 7u32;
-    // Subnormal: m 2^-9; normal: (8 + m) 2^(e - 10), both exact in f32.
-    let subnormal = f32::cast_from(m) * 0.001953125f32;
-    let normal = f32::cast_from(8u32 + m) * f32::reinterpret((e + 117u32) << 23u32);
-    let magnitude = select(e == 0u32, subnormal, normal);
-    let s = select(byte >= 128u32, -magnitude, magnitude);
-    let quotient = select(s == 0.0f32, 0.0f32, s_enc / s);
-    select((byte & 127u32) == 127u32, f32::NAN, quotient)
-}
-
 /// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
 /// two code words and its scale byte.
 #[allow(clippy::too_many_arguments)]
@@ -150,7 +118,6 @@ fn store_block<S: Float, N: Size>(
     code_index: usize,
     scale_index: usize,
     s_enc: f32,
-    encode_table: &Shared<[f32]>,
     #[comptime] recipe: Fp4Recipe,
     #[comptime] vector_size: usize,
     #[comptime] ptx: bool,
@@ -191,8 +158,8 @@ fn store_block<S: Float, N: Size>(
     match comptime![recipe] {
         Fp4Recipe::TransformerEngine => {
             stored = div_by_6(amax * s_enc, ptx);
-            let byte = u32::cast_from(u8::reinterpret(S::cast_from(clamp_e4m3(stored))));
-            encode = encode_table[byte as usize];
+            let s = f32::cast_from(S::cast_from(clamp_e4m3(stored)));
+            encode = select(s == 0.0f32, 0.0f32, s_enc / s);
         }
         Fp4Recipe::Cudnn => {
             let sf = div_by_6(amax, ptx);
@@ -331,7 +298,6 @@ pub(super) fn write_block<S: Float, N: Size>(
     scale: f32,
     p: f32,
     s_enc: f32,
-    encode_table: &Shared<[f32]>,
     ys: &mut Array<Vector<f32, N>>,
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
@@ -344,7 +310,6 @@ pub(super) fn write_block<S: Float, N: Size>(
         at.row * at.blocks + at.b,
         scale_offset(at.row, at.b, at.blocks, at.column_tiles, cfg.layout),
         s_enc,
-        encode_table,
         cfg.recipe,
         cfg.vector_size,
         cfg.fast_math,

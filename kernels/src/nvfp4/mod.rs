@@ -38,7 +38,7 @@ mod encode;
 mod selection;
 
 pub use encode::{E2M1_CODE_BIAS, E2M1_UNSATURATED_BELOW, e2m1_biased_code, e2m1_code};
-use encode::{ENCODE_TABLE_LEN, clamp_e4m3, fill_encode_table, write_block};
+use encode::{clamp_e4m3, write_block};
 pub use selection::{Fp4Knobs, heuristic_fp4_knobs, packed_lanes, select_fp4_knobs, sm90_table};
 
 /// Elements per NVFP4 block.
@@ -266,7 +266,6 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
     scale: f32,
     p: f32,
     s_enc: f32,
-    encode_table: &Shared<[f32]>,
     ys: &mut Array<Vector<f32, N>>,
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
@@ -287,20 +286,7 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
             column_tiles: at.column_tiles,
         };
         write_block::<S, N>(
-            &*xt,
-            0,
-            &*gt,
-            0,
-            codes,
-            scales,
-            block,
-            scale,
-            p,
-            s_enc,
-            encode_table,
-            ys,
-            cfg,
-            prescaled,
+            &*xt, 0, &*gt, 0, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
         );
         b += lanes;
     }
@@ -341,11 +327,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         LaneReduce::Plane => 1usize,
     }];
     let mut shared = Shared::<[f32]>::new_slice(shared_len);
-    let table_len = comptime![match cfg.recipe {
-        Fp4Recipe::TransformerEngine => ENCODE_TABLE_LEN,
-        Fp4Recipe::Cudnn => 1usize,
-    }];
-    let mut encode_table = Shared::<[f32]>::new_slice(table_len);
     // Rows packed into planes (a lane count that is not a power of two): `32 / lanes` rows side
     // by side in each plane of the cube's x axis, the plane's last `32 % lanes` units idle
     // (they take part in the shuffles, and see no rows).
@@ -438,13 +419,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             }
             if comptime![cfg.gamma_after_x] {
                 load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
-            }
-        }
-        // The encode-scale table, once per cube while its first loads are in flight (filled
-        // before them, its barrier held every load of a one-group cube back).
-        if comptime![cfg.recipe == Fp4Recipe::TransformerEngine] {
-            if group == CUBE_POS {
-                fill_encode_table(&mut encode_table, s_enc);
             }
         }
         // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
@@ -566,7 +540,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         scale,
                                         1.0f32,
                                         s_enc,
-                                        &encode_table,
                                         &mut ys,
                                         cfg,
                                         false,
@@ -580,20 +553,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         cfg,
                                     );
                                     write_block::<S, N>(
-                                        &xf,
-                                        first,
-                                        &gt,
-                                        0,
-                                        codes,
-                                        scales,
-                                        at,
-                                        scale,
-                                        1.0f32,
-                                        s_enc,
-                                        &encode_table,
-                                        &mut ys,
-                                        cfg,
-                                        false,
+                                        &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
+                                        s_enc, &mut ys, cfg, false,
                                     );
                                 }
                             }
@@ -618,7 +579,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                             scale,
                             1.0f32,
                             s_enc,
-                            &encode_table,
                             &mut ys,
                             cfg,
                             false,
@@ -645,7 +605,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                         scale,
                         p,
                         s_enc,
-                        &encode_table,
                         &mut ys,
                         cfg,
                         true,
