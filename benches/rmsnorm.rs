@@ -12,8 +12,6 @@
 //!                                              # knobs side by side in one run (5 rounds;
 //!                                              # `selected`: the crate's own choice)
 //! cargo bench --bench rmsnorm -- copies        # copy shapes of the same bytes (the roof's choice)
-//! cargo bench --bench rmsnorm -- ceiling       # each output's rate with its input in L2 (DRAM
-//!                                              # out of the way) against the issues' targets
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
 //! ```
@@ -90,8 +88,8 @@ fn env_subset(var: &str, all: &[usize]) -> Vec<usize> {
     }
 }
 
-const MODES: [&str; 9] = [
-    "bench", "tune", "fallback", "channels", "backward", "quant", "ab", "copies", "ceiling",
+const MODES: [&str; 8] = [
+    "bench", "tune", "fallback", "channels", "backward", "quant", "ab", "copies",
 ];
 
 fn args() -> Args {
@@ -1872,165 +1870,6 @@ fn copies(timer: &mut Timer, args: &Args) {
     std::fs::write(format!("{}/copies.csv", args.out), csv).expect("write copies.csv");
 }
 
-/// The issues' speed targets at large T as multiples of the same-bytes copy: bf16 and FP8
-/// 1.11x (issues 3 and 4), NVFP4 1.18x (issue 4: 85% of the copy's bandwidth).
-const CEILING_TARGETS: [(&str, f64); 3] = [("bf16", 1.11), ("fp8", 1.11), ("nvfp4", 1.18)];
-
-/// What the arithmetic allows (`ceiling`): each output's kernel, with the knobs selected for
-/// T = 399360, timed with its input resident in L2 (no flush; windows of 20 back-to-back
-/// launches) at 1, 2 and 4 M elements; the slope of time over elements is its rate once DRAM costs nothing (launch and
-/// tail cancel). Next to it: the same bytes copied while resident (that the L2 is not what
-/// limits), and the cold copy roof of the issue's bytes at T = 399360 times the issue's
-/// target ratio. A resident rate slower than that target means the kernel misses the target
-/// whatever the memory system does: its instructions alone take longer. NVFP4 also with the
-/// identity activation (what the SiLU costs there).
-fn ceiling(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::nvfp4::{
-        Fp4Knobs, Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
-    };
-    use burn_rmsnorm_silu::kernels::select::select_output_knobs_with_source;
-    let client = timer.client.clone();
-    // `--quick` (a smoke test, e.g. on the CPU runtime): small shapes.
-    let (big_rows, sizes) = if args.quick {
-        (1_560, [1usize << 12, 2 << 12, 4 << 12])
-    } else {
-        (399_360, [1usize << 20, 2 << 20, 4 << 20])
-    };
-    let half = |bytes: usize| (bytes / 2).div_ceil(16) * 16;
-    let mut csv = String::from(
-        "c,kernel,knobs,us_1m,us_2m,us_4m,resident_ps_per_element,copy_resident_ps_per_element,\
-         cold_copy_ps_per_element,target_ps_per_element,resident_over_target\n",
-    );
-    for c in bench_channels(&CHANNELS) {
-        // The cold roofs at T = 399360 (L2 flushed before every run, as everywhere else).
-        let n_big = big_rows * c;
-        let big = Buffers::new(timer, big_rows, c);
-        let [cold_bf16, cold_fp8, cold_nv] = interleaved_medians(
-            timer,
-            50,
-            [
-                &mut || timer.copy(&big.x, &big.out, half(n_big * 4)),
-                &mut || timer.copy(&big.x, &big.out, half(n_big * 3)),
-                &mut || timer.copy(&big.x, &big.out, half(n_big * 41 / 16)),
-            ],
-        );
-        drop(big);
-        let cold = |out: &str| match out {
-            "bf16" => cold_bf16,
-            "fp8" => cold_fp8,
-            _ => cold_nv,
-        };
-        let problem = RowsProblem::dense(big_rows, c);
-        let bf16_knobs = select_output_knobs_with_source(&client, problem, 2, 2, "bf16", 256).0;
-        let fp8_knobs = select_output_knobs_with_source(&client, problem, 2, 2, "fp8", 256).0;
-        let nv_knobs: Fp4Knobs = select_fp4_knobs(&client, c, big_rows, 2);
-        // Times (µs) per size: bf16, fp8, nvfp4, nvfp4 identity, resident copies of the bf16
-        // and NVFP4 bytes.
-        let mut times = vec![[0.0f64; 6]; sizes.len()];
-        let mut elements = Vec::new();
-        for (i, &size) in sizes.iter().enumerate() {
-            let rows = size.div_ceil(c);
-            let n = rows * c;
-            elements.push(n as f64);
-            let b = Buffers::new(timer, rows, c);
-            let scales = client.empty(n / 16 + 16);
-            let nvfp4 = |k: &Fp4Knobs, activation: Activation| {
-                launch_forward_nvfp4(
-                    &client,
-                    b.x.clone(),
-                    b.gamma.clone(),
-                    Fp4Target {
-                        codes: b.out.clone(),
-                        scales: scales.clone(),
-                        recipe: Fp4Recipe::TransformerEngine,
-                        layout: ScaleLayout::RowMajor,
-                        s_enc: 100.0,
-                    },
-                    BF16,
-                    BF16,
-                    b.problem,
-                    b.norm(),
-                    activation,
-                    k,
-                )
-                .expect("nvfp4 launch")
-            };
-            let resident = |f: &mut dyn FnMut()| median(&timer.time_resident(5, 15, 20, f));
-            let mut launch_bf16 = || {
-                launch_forward(
-                    &client,
-                    b.x.clone(),
-                    b.gamma.clone(),
-                    b.out.clone(),
-                    BF16,
-                    BF16,
-                    b.problem,
-                    b.norm(),
-                    Activation::Silu,
-                    &bf16_knobs,
-                )
-                .expect("launch")
-            };
-            times[i] = [
-                resident(&mut launch_bf16),
-                resident(&mut || b.launch_fp8(&client, &fp8_knobs)),
-                resident(&mut || nvfp4(&nv_knobs, Activation::Silu)),
-                resident(&mut || nvfp4(&nv_knobs, Activation::Identity)),
-                resident(&mut || timer.copy(&b.x, &b.out, half(n * 4))),
-                resident(&mut || timer.copy(&b.x, &b.out, half(n * 41 / 16))),
-            ];
-        }
-        // Least-squares slope of time over elements, in picoseconds per element.
-        let slope = |k: usize| {
-            let m = elements.len() as f64;
-            let mx = elements.iter().sum::<f64>() / m;
-            let my = times.iter().map(|t| t[k]).sum::<f64>() / m;
-            let sxy: f64 = elements
-                .iter()
-                .zip(&times)
-                .map(|(x, t)| (x - mx) * (t[k] - my))
-                .sum();
-            let sxx: f64 = elements.iter().map(|x| (x - mx) * (x - mx)).sum();
-            sxy / sxx * 1e6
-        };
-        let rows = [
-            ("bf16", "bf16", bf16_knobs.to_string(), 0, 4),
-            ("fp8", "fp8", fp8_knobs.to_string(), 1, 4),
-            ("nvfp4", "nvfp4", nv_knobs.to_string(), 2, 5),
-            ("nvfp4 identity", "nvfp4", nv_knobs.to_string(), 3, 5),
-        ];
-        for (name, out, knobs, k, copy_k) in rows {
-            let target_ratio = CEILING_TARGETS.iter().find(|t| t.0 == out).unwrap().1;
-            let cold_ps = cold(out) / n_big as f64 * 1e6;
-            let target_ps = cold_ps * target_ratio;
-            let resident_ps = slope(k);
-            // FP8's resident copy: the bf16 one scaled to its bytes.
-            let copy_ps = slope(copy_k) * if out == "fp8" { 0.75 } else { 1.0 };
-            writeln!(
-                csv,
-                "{c},{name},{knobs},{:.2},{:.2},{:.2},{resident_ps:.3},{copy_ps:.3},{cold_ps:.3},\
-                 {target_ps:.3},{:.3}",
-                times[0][k],
-                times[1][k],
-                times[2][k],
-                resident_ps / target_ps,
-            )
-            .unwrap();
-            println!(
-                "C={c:5} {name:15} {knobs:40} resident {resident_ps:6.3} ps/elem (1/2/4 M: \
-                 {:.2} {:.2} {:.2} us; resident copy {copy_ps:6.3}) | cold copy at T={big_rows} \
-                 {cold_ps:6.3} ps/elem, target x{target_ratio} = {target_ps:6.3} | resident / \
-                 target x{:.3}",
-                times[0][k],
-                times[1][k],
-                times[2][k],
-                resident_ps / target_ps,
-            );
-        }
-    }
-    write_file(args, "ceiling.csv", &csv);
-}
-
 fn main() {
     let args = args();
     let device = match args.device.as_str() {
@@ -2058,7 +1897,6 @@ fn main() {
         "quant" => quant(&mut timer, &args),
         "ab" => ab(&mut timer),
         "copies" => copies(&mut timer, &args),
-        "ceiling" => ceiling(&mut timer, &args),
         _ => bench(&mut timer, &device, &args),
     }
 }

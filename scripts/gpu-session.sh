@@ -66,8 +66,6 @@ for step in "${steps[@]}"; do
                 [ "${COPIES_TORCH:-1}" = 0 ] || timeout 120 python3 benches/torch_compare.py --out "$out" --copies >> "$out/copies.log" 2>&1 ;;
         backward) (cd gpu && timeout "${BACKWARD_TIMEOUT:-200}" ./bench backward --out "$out") > "$out/backward.log" 2>&1 ;;
         bench) (cd gpu && timeout 150 ./bench bench --out "$out") > "$out/bench.log" 2>&1 ;;
-        # Each output's rate with its input resident in L2 against the issues' targets.
-        ceiling) (cd gpu && timeout "${CEILING_TIMEOUT:-200}" ./bench ceiling --out "$out") > "$out/ceiling.log" 2>&1 ;;
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a
              # regex; NCU_C the widths; NCU_ARGS other bench arguments, e.g. "backward" with
              # RMSNORM_BENCH_T; NCU_OPTS more ncu options, e.g. "--clock-control none" for the

@@ -441,40 +441,6 @@ impl Timer {
         }
     }
 
-    /// Device time in microseconds per call of `launch` with nothing flushed between calls:
-    /// `runs` windows of `batch` back-to-back calls each (after `warmup` untimed calls), each
-    /// window's time divided by `batch`. Inputs small enough for the L2 stay there, so the time
-    /// is the kernel's arithmetic and latency with DRAM out of the way; a window of one call
-    /// would time the host's launch instead (nothing else keeps the device busy meanwhile).
-    pub fn time_resident(
-        &self,
-        warmup: usize,
-        runs: usize,
-        batch: usize,
-        mut launch: impl FnMut(),
-    ) -> Vec<f64> {
-        for _ in 0..warmup {
-            launch();
-        }
-        let windows: Vec<_> = (0..runs)
-            .map(|_| {
-                let window = self.client.profile_start().expect("profile start");
-                for _ in 0..batch {
-                    launch();
-                }
-                self.client.profile_end(window).expect("profile end")
-            })
-            .collect();
-        windows
-            .into_iter()
-            .map(|w| {
-                block_on(w.resolve())
-                    .map(|ticks| ticks.duration().as_secs_f64() * 1e6 / batch as f64)
-                    .unwrap_or(f64::NAN)
-            })
-            .collect()
-    }
-
     /// Device time in microseconds of each of `runs` calls of `launch`, after `warmup` untimed
     /// calls; the L2 is flushed before every call.
     pub fn time(&self, warmup: usize, runs: usize, mut launch: impl FnMut()) -> Vec<f64> {
