@@ -254,10 +254,7 @@ fn scale_offset(
 }
 
 /// `y` of one block into `ys` (as `16 / N` fp32 vectors) from f32 `x` vectors `xf[x_first..]`
-/// and f32 gamma vectors `gf[g_first..]`; with `gamma_in_x`, `xf` already holds `x gamma`
-/// (multiplied in the sum-of-squares pass, where `x` is at hand: keeping the products live
-/// across the row's reduction costs no more registers than the raw `x` and gamma words, which
-/// the compiler otherwise widens to f32 a second time here) and `gf` is not read.
+/// and f32 gamma vectors `gf[g_first..]`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn block_y<N: Size>(
@@ -270,7 +267,6 @@ fn block_y<N: Size>(
     ys: &mut Array<Vector<f32, N>>,
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
-    #[comptime] gamma_in_x: bool,
 ) {
     let per_block = comptime![BLOCK / cfg.vector_size];
     // The PTX SiLU in the exponent domain, as the row kernel's (`activation::output_value`).
@@ -283,17 +279,12 @@ fn block_y<N: Size>(
         if comptime![prescaled] {
             v *= Vector::<f32, N>::new(p);
         }
-        if comptime![gamma_in_x] {
-            ys[h] = output_value::<N>(v * sv, silu_k, rows);
-        } else {
-            ys[h] = output_value::<N>(v * sv * gf[g_first + h], silu_k, rows);
-        }
+        ys[h] = output_value::<N>(v * sv * gf[g_first + h], silu_k, rows);
     }
 }
 
-/// Block `at.b` of a row from f32 `x` (`xf[x_first..]`) and gamma (`gf[g_first..]`; already in
-/// `xf` with `gamma_in_x`, see [`block_y`]): `y` (with the prescale `p` for rescued rows),
-/// quantised, codes and scale stored.
+/// Block `at.b` of a row from f32 `x` (`xf[x_first..]`) and gamma (`gf[g_first..]`): `y` (with
+/// the prescale `p` for rescued rows), quantised, codes and scale stored.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn write_block<S: Float, N: Size>(
@@ -310,11 +301,8 @@ pub(super) fn write_block<S: Float, N: Size>(
     ys: &mut Array<Vector<f32, N>>,
     #[comptime] cfg: Fp4Config,
     #[comptime] prescaled: bool,
-    #[comptime] gamma_in_x: bool,
 ) {
-    block_y::<N>(
-        xf, x_first, gf, g_first, scale, p, ys, cfg, prescaled, gamma_in_x,
-    );
+    block_y::<N>(xf, x_first, gf, g_first, scale, p, ys, cfg, prescaled);
     store_block::<S, N>(
         &*ys,
         codes,

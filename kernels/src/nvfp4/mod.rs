@@ -286,7 +286,7 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
             column_tiles: at.column_tiles,
         };
         write_block::<S, N>(
-            &*xt, 0, &*gt, 0, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled, false,
+            &*xt, 0, &*gt, 0, codes, scales, block, scale, p, s_enc, ys, cfg, prescaled,
         );
         b += lanes;
     }
@@ -427,9 +427,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             let row = step_first_row + y + u * rows_per_cube;
             let active = row < rows_here;
             let base = row * x_row_stride;
-            let mut acc = Array::<f32>::new(2usize);
-            acc[0] = 0.0f32;
-            acc[1] = 0.0f32;
+            let mut acc = Vector::<f32, N>::new(0.0f32);
             if comptime![bpl > 0] {
                 #[unroll]
                 for i in 0..bpl {
@@ -442,11 +440,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                 xf[k] = Vector::<f32, N>::cast_from(xr[k]);
                             }
                             let f = xf[k];
-                            add_squares::<N>(f, &mut acc);
-                            if comptime![cfg.gamma_after_x] {
-                                // `x gamma` from here on (see `write_block`'s `gamma_in_x`).
-                                xf[k] = f * g_regs[i * per_block + h];
-                            }
+                            acc += f * f;
                         }
                     }
                 }
@@ -457,12 +451,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                     for h in 0..per_block {
                         let f =
                             load_f32::<E, N, W>(x, x_words, base + b * per_block + h, cfg.x_words);
-                        add_squares::<N>(f, &mut acc);
+                        acc += f * f;
                     }
                     b += lanes;
                 }
             }
-            sums[u] = acc[0] + acc[1];
+            sums[u] = horizontal_sum::<N>(acc);
         }
         let rescue = lane_sums(
             &mut sums,
@@ -549,7 +543,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         &mut ys,
                                         cfg,
                                         false,
-                                        cfg.gamma_after_x,
                                     );
                                 } else {
                                     load_gamma_block::<G, N, W>(
@@ -561,7 +554,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                     );
                                     write_block::<S, N>(
                                         &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
-                                        s_enc, &mut ys, cfg, false, false,
+                                        s_enc, &mut ys, cfg, false,
                                     );
                                 }
                             }
@@ -630,22 +623,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             group = groups;
         } else {
             group += CUBE_COUNT;
-        }
-    }
-}
-
-/// Adds the squares of `f`'s elements to `acc[0]` (even elements) and `acc[1]` (odd): two
-/// chains of fused multiply-adds, summed once per row, where a vector accumulator left
-/// `N - 1` additions per row and lane (7 of the ~100 per-row instructions at `N = 8`).
-#[cube]
-fn add_squares<N: Size>(f: Vector<f32, N>, acc: &mut Array<f32>) {
-    #[unroll]
-    for e in 0..N::value() {
-        let v = f.extract(e);
-        if e % 2 == 0 {
-            acc[0] += v * v;
-        } else {
-            acc[1] += v * v;
         }
     }
 }
