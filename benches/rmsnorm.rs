@@ -1397,6 +1397,7 @@ fn fp4_candidates(
                 fast_math: true,
                 max_cubes: None,
                 prefetch: false,
+                raw_cache: false,
             });
         }
     }
@@ -1423,6 +1424,7 @@ fn fp4_candidates(
                 fast_math: true,
                 max_cubes: None,
                 prefetch: false,
+                raw_cache: false,
             });
         }
     }
@@ -1570,6 +1572,32 @@ fn quant(timer: &mut Timer, args: &Args) {
                         }
                     }
                 }
+                // The raw register cache (x kept as loaded, widened at each use: fewer
+                // registers, one more instruction per element), on the layout's own grid and
+                // on a persistent one with and without prefetch.
+                if cached {
+                    let raw = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                        raw_cache: true,
+                        ..layout
+                    };
+                    for k in [
+                        raw,
+                        burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                            max_cubes: Some(sms * 4),
+                            ..raw
+                        },
+                        burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                            max_cubes: Some(sms * 4),
+                            prefetch: true,
+                            ..raw
+                        },
+                    ] {
+                        let time = run(&k, 15);
+                        if time < best.1 {
+                            best = (k, time);
+                        }
+                    }
+                }
             }
             // The chosen knobs next to their roofs: the half-and-half copy of 2 + 1/2 + 1/16
             // bytes per element, and the read-heavy copy (2 read, 9/16 written).
@@ -1611,7 +1639,8 @@ fn quant(timer: &mut Timer, args: &Args) {
 }
 
 /// Same-run comparison of row-kernel knobs: `RMSNORM_AB="C T out knobs knobs ...; ..."` (out
-/// `bf16` or `fp8`; a knobs word `selected` stands for the crate's own selection). Five
+/// `bf16` or `fp8`, or `nvfp4` with NVFP4 knobs, see [`ab_nvfp4`]; a knobs word `selected`
+/// stands for the crate's own selection). Five
 /// rounds, each timing every knobs string and the same-bytes copy (50 runs each, medians), so
 /// drift between them hits all alike; prints each one's median over the rounds and its ratio
 /// to the copy.
@@ -1630,7 +1659,13 @@ fn ab(timer: &mut Timer) {
         b.fp8 = match *out {
             "bf16" => false,
             "fp8" => true,
-            other => panic!("RMSNORM_AB case `{case}`: out must be bf16 or fp8, got `{other}`"),
+            "nvfp4" => {
+                ab_nvfp4(timer, &b, knobs, c, t);
+                continue;
+            }
+            other => {
+                panic!("RMSNORM_AB case `{case}`: out must be bf16, fp8 or nvfp4, got `{other}`")
+            }
         };
         // `selected`: what the crate picks for this shape and output (the table entry with its
         // grid, `m` = occupancy x SMs), so that a comparison with the table needs no knobs
@@ -1692,6 +1727,78 @@ fn ab(timer: &mut Timer) {
                 accuracy(written, &reference, b.fp8)
             );
         }
+    }
+}
+
+/// [`ab`] for NVFP4 out (TransformerEngine recipe, `s_enc` 100, row-major scales): NVFP4 knobs
+/// strings (`selected`: the crate's own choice), five rounds of 50 runs each and of the
+/// half-and-half copy of the 2 + 1/2 + 1/16 bytes per element; the codes and scales each
+/// knobs write are compared with the first knobs' bytes.
+fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
+    use burn_rmsnorm_silu::kernels::nvfp4::{
+        Fp4Knobs, Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
+    };
+    let client = timer.client.clone();
+    let RowsProblem { rows, channels, .. } = b.problem;
+    let n = rows * channels;
+    let knobs: Vec<Fp4Knobs> = knobs
+        .iter()
+        .map(|k| match *k {
+            "selected" => select_fp4_knobs(&client, channels, rows, 2),
+            k => Fp4Knobs::parse(k).unwrap_or_else(|e| panic!("{e}")),
+        })
+        .collect();
+    let scales = client.empty(n / 16);
+    let scratch = client.empty(n * 2);
+    let launch = |k: &Fp4Knobs| {
+        launch_forward_nvfp4(
+            &client,
+            b.x.clone(),
+            b.gamma.clone(),
+            Fp4Target {
+                codes: b.out.clone(),
+                scales: scales.clone(),
+                recipe: Fp4Recipe::TransformerEngine,
+                layout: ScaleLayout::RowMajor,
+                s_enc: 100.0,
+            },
+            BF16,
+            BF16,
+            b.problem,
+            b.norm(),
+            Activation::Silu,
+            k,
+        )
+        .unwrap_or_else(|e| panic!("{k}: {e}"))
+    };
+    let copy_bytes = (n * 2 + n / 2 + n / 16).div_ceil(32) * 16;
+    let mut times = vec![Vec::new(); knobs.len()];
+    let mut copies = Vec::new();
+    for _ in 0..5 {
+        for (k, slot) in knobs.iter().zip(&mut times) {
+            slot.push(median(&timer.time(2, 50, || launch(k))));
+        }
+        copies.push(median(
+            &timer.time(2, 50, || timer.copy(&b.x, &scratch, copy_bytes)),
+        ));
+    }
+    let copy = median(&copies);
+    let mut first: Option<Vec<u8>> = None;
+    for (k, slot) in knobs.iter().zip(&times) {
+        launch(k);
+        let mut written = client.read_one(b.out.clone()).expect("codes").to_vec();
+        written.truncate(n / 2);
+        written.extend(client.read_one(scales.clone()).expect("scales").to_vec());
+        let differing = first.as_ref().map_or(0, |f| {
+            f.iter().zip(&written).filter(|(a, b)| a != b).count()
+        });
+        first.get_or_insert(written);
+        let t_k = median(slot);
+        println!(
+            "ab C={c} T={t} nvfp4: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}, {differing} code \
+             and scale bytes differ from the first knobs'",
+            t_k / copy
+        );
     }
 }
 

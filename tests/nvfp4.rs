@@ -303,6 +303,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
                             fast_math: ptx && max_cubes.is_some(),
                             max_cubes,
                             prefetch,
+                            raw_cache: false,
                         };
                         let plane_ok = reduce == LaneReduce::Shared
                             || lanes == 1
@@ -314,6 +315,13 @@ fn every_nvfp4_knob_path_matches_the_host() {
                             continue;
                         }
                         cases.push(knobs);
+                        // The raw register cache (f32 inputs here: widened by the plain cast).
+                        if blocks_per_lane > 0 && rows_per_cube == 2 {
+                            cases.push(Fp4Knobs {
+                                raw_cache: true,
+                                ..knobs
+                            });
+                        }
                     }
                 }
             }
@@ -370,6 +378,7 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
                             fast_math: ptx && max_cubes.is_some(),
                             max_cubes,
                             prefetch,
+                            raw_cache: false,
                         };
                         inputs.check(knobs);
                     }
@@ -400,6 +409,7 @@ fn nvfp4_packed_rows_need_whole_planes() {
         fast_math: false,
         max_cubes: None,
         prefetch: false,
+        raw_cache: false,
     };
     let err = launch_forward_nvfp4(
         &client,
@@ -754,6 +764,123 @@ fn kernel_codecs_match_the_host_at_every_code_and_midpoint() {
     }
 }
 
+/// The raw register cache (x kept as loaded, widened at each use) writes the same bytes as the
+/// f32 cache with the same knobs, for bf16 (widened through its words) and f16 inputs (f32 in
+/// `every_nvfp4_knob_path_matches_the_host`),
+/// with prefetch, two rows per unit and a persistent grid; and the host's bytes.
+#[test]
+fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
+    let device = cube_device();
+    let client = device.client();
+    let hw = client.properties().hardware.clone();
+    let plane_ops = has_plane_ops(&client);
+    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
+    let mut rng = rng("nvfp4_raw_cache");
+    for (rows, channels, dtype) in [
+        (21, 160, DType::BF16),
+        (9, 1024, DType::BF16),
+        (11, 96, DType::F16),
+    ] {
+        let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, dtype);
+        let norm = NormParams::rms(eps);
+        let y = reference(&x, &gamma, norm, Activation::Silu);
+        let host = host_blocks(&y, Nvfp4Recipe::Cudnn);
+        let blocks = channels / 16;
+        let mut layouts = vec![(2u32, LaneReduce::Shared)];
+        if plane_ops && hw.plane_size_min >= 8 {
+            layouts.push((8, LaneReduce::Plane));
+        }
+        for (lanes, lane_reduce) in layouts {
+            for (max_cubes, prefetch, rows_per_unit) in
+                [(None, false, 1), (Some(2), true, 1), (Some(3), false, 2)]
+            {
+                let knobs = Fp4Knobs {
+                    vector_size: 4,
+                    lanes_per_row: lanes,
+                    rows_per_cube: 2,
+                    rows_per_unit,
+                    blocks_per_lane: blocks.div_ceil(lanes as usize),
+                    lane_reduce,
+                    fast_math: ptx,
+                    max_cubes,
+                    prefetch,
+                    raw_cache: false,
+                };
+                if lanes * 2 > hw.max_units_per_cube {
+                    continue;
+                }
+                let raw = Fp4Knobs {
+                    raw_cache: true,
+                    ..knobs
+                };
+                let run = |k: Fp4Knobs| {
+                    launch_with(
+                        &x,
+                        &gamma,
+                        rows,
+                        channels,
+                        dtype,
+                        norm,
+                        Fp4Recipe::Cudnn,
+                        ScaleLayout::RowMajor,
+                        1.0,
+                        k,
+                    )
+                };
+                let (codes, scales) = run(knobs);
+                let (raw_codes, raw_scales) = run(raw);
+                let what = format!("C={channels} {dtype:?} {raw}");
+                assert_eq!(
+                    raw_codes, codes,
+                    "{what}: codes differ from the f32 cache's"
+                );
+                assert_eq!(
+                    raw_scales, scales,
+                    "{what}: scales differ from the f32 cache's"
+                );
+                let (s, n) = compare_blocks(&raw_codes, &raw_scales, &host, &what);
+                assert!(
+                    s * 100 <= host.len().max(100) && n * 200 <= rows * channels,
+                    "{what}: {s} scales and {n} codes differ from the host's"
+                );
+            }
+        }
+    }
+}
+
+/// The raw register cache is a form of the register cache: knobs that stream the row are
+/// refused by name.
+#[test]
+#[should_panic(expected = "the raw register cache (`.raw`) needs the register cache")]
+fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
+    let mut rng = rng("nvfp4_raw_refused");
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, 4, 64, DType::BF16);
+    let knobs = Fp4Knobs {
+        vector_size: 4,
+        lanes_per_row: 1,
+        rows_per_cube: 1,
+        rows_per_unit: 1,
+        blocks_per_lane: 0,
+        lane_reduce: LaneReduce::Shared,
+        fast_math: false,
+        max_cubes: None,
+        prefetch: false,
+        raw_cache: true,
+    };
+    launch_with(
+        &x,
+        &gamma,
+        4,
+        64,
+        DType::BF16,
+        NormParams::rms(eps),
+        Fp4Recipe::Cudnn,
+        ScaleLayout::RowMajor,
+        1.0,
+        knobs,
+    );
+}
+
 /// Prefetch loads into the register cache: knobs that stream the row are refused by name.
 #[test]
 #[should_panic(expected = "prefetch (`.pf`) loads into the register cache")]
@@ -770,6 +897,7 @@ fn nvfp4_prefetch_without_the_register_cache_is_refused() {
         fast_math: false,
         max_cubes: Some(1),
         prefetch: true,
+        raw_cache: false,
     };
     launch_with(
         &x,

@@ -186,6 +186,7 @@ fn nvfp4(args: &[String]) {
         gamma_words: knobs.vector_size.is_multiple_of(2),
         plane_width: 32,
         gamma_after_x: knobs.loads_gamma_after_x(channels, knobs.max_cubes.is_none()),
+        raw_cache: knobs.raw_cache && cached,
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

@@ -108,6 +108,9 @@ pub struct Fp4Config {
     /// gamma's loads waited for the row's sum (one more memory round trip per cube, after the
     /// shuffles).
     pub gamma_after_x: bool,
+    /// [`Fp4Knobs::raw_cache`]: the register cache holds x as loaded and each use widens it
+    /// (only with `blocks_per_lane > 0`).
+    pub raw_cache: bool,
 }
 
 impl Fp4Config {
@@ -231,6 +234,43 @@ fn load_f32<T: Float, N: Size, W: Size>(
     }
 }
 
+/// A raw cached vector of x as f32 ([`Fp4Config::raw_cache`]): through its 32-bit words when
+/// `bf16` (one integer instruction per value), else by the plain cast.
+#[cube]
+fn widen<E: Float, N: Size, W: Size>(v: Vector<E, N>, #[comptime] bf16: bool) -> Vector<f32, N> {
+    if comptime![bf16] {
+        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(v), true)
+    } else {
+        Vector::<f32, N>::cast_from(v)
+    }
+}
+
+/// The lane's blocks of the row at vector `base` of `x` into `xs[first..]` as loaded (the raw
+/// register cache), every load unconditional as in [`load_lane_row`].
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_lane_raw<E: Float, N: Size>(
+    x: &[Vector<E, N>],
+    base: usize,
+    xs: &mut Array<Vector<E, N>>,
+    #[comptime] first: usize,
+    lane: usize,
+    blocks: usize,
+    #[comptime] cfg: Fp4Config,
+) {
+    let lanes = comptime![cfg.lanes_per_row as usize];
+    let per_block = comptime![BLOCK / cfg.vector_size];
+    #[unroll]
+    for i in 0..cfg.blocks_per_lane {
+        let b = lane + i * lanes;
+        let b = select(b < blocks, b, blocks - 1);
+        #[unroll]
+        for h in 0..per_block {
+            xs[first + i * per_block + h] = x[base + b * per_block + h];
+        }
+    }
+}
+
 /// Gamma of block `b` into `gt[0..16 / N]` as f32.
 #[cube]
 fn load_gamma_block<G: Float, N: Size, W: Size>(
@@ -348,7 +388,19 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     // and for y), and gamma's (loaded once per lane, for every row it handles) up to
     // `GAMMA_REGISTER_BLOCKS` blocks; `xt`/`gt` hold one streamed block.
     let gamma_regs = comptime![cfg.gamma_registers];
-    let mut xf = Array::<Vector<f32, N>>::new(comptime![(rpu * row_cache).max(1)]);
+    let raw = comptime![cfg.raw_cache];
+    // (With the raw cache, `xf` holds the one block being written, widened again.)
+    let mut xf = Array::<Vector<f32, N>>::new(comptime![if raw {
+        per_block
+    } else {
+        (rpu * row_cache).max(1)
+    }]);
+    // The raw cache without prefetch (with it, `xr` is the raw cache).
+    let mut xs = Array::<Vector<E, N>>::new(comptime![if raw && !cfg.prefetch {
+        rpu * row_cache
+    } else {
+        1
+    }]);
     let mut g_regs =
         Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
@@ -405,17 +457,21 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             for u in 0..rpu {
                 let row = step_first_row + y + u * rows_per_cube;
                 let base = select(row < rows, row, rows - 1) * x_row_stride;
-                load_lane_row::<E, N, W>(
-                    x,
-                    x_words,
-                    base,
-                    &mut xf,
-                    u * row_cache,
-                    lane,
-                    blocks,
-                    cfg,
-                    cfg.x_words,
-                );
+                if comptime![raw] {
+                    load_lane_raw::<E, N>(x, base, &mut xs, u * row_cache, lane, blocks, cfg);
+                } else {
+                    load_lane_row::<E, N, W>(
+                        x,
+                        x_words,
+                        base,
+                        &mut xf,
+                        u * row_cache,
+                        lane,
+                        blocks,
+                        cfg,
+                        cfg.x_words,
+                    );
+                }
             }
             if comptime![cfg.gamma_after_x] {
                 load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
@@ -436,10 +492,18 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                         #[unroll]
                         for h in 0..per_block {
                             let k = u * row_cache + i * per_block + h;
-                            if comptime![cfg.prefetch] {
-                                xf[k] = Vector::<f32, N>::cast_from(xr[k]);
+                            #[allow(unused_assignments)]
+                            let mut f = Vector::<f32, N>::new(0.0f32);
+                            if comptime![raw && cfg.prefetch] {
+                                f = widen::<E, N, W>(xr[k], cfg.x_words);
+                            } else if comptime![raw] {
+                                f = widen::<E, N, W>(xs[k], cfg.x_words);
+                            } else {
+                                if comptime![cfg.prefetch] {
+                                    xf[k] = Vector::<f32, N>::cast_from(xr[k]);
+                                }
+                                f = xf[k];
                             }
-                            let f = xf[k];
                             acc += f * f;
                         }
                     }
@@ -527,7 +591,21 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                     blocks,
                                     column_tiles,
                                 };
-                                let first = u * row_cache + i * per_block;
+                                let cached_first = comptime![u * row_cache + i * per_block];
+                                if comptime![raw] {
+                                    // This block widened again, into `xf`.
+                                    #[unroll]
+                                    for h in 0..per_block {
+                                        if comptime![cfg.prefetch] {
+                                            xf[h] =
+                                                Vector::<f32, N>::cast_from(xr[cached_first + h]);
+                                        } else {
+                                            xf[h] =
+                                                Vector::<f32, N>::cast_from(xs[cached_first + h]);
+                                        }
+                                    }
+                                }
+                                let first = comptime![if raw { 0 } else { cached_first }];
                                 if comptime![gamma_regs] {
                                     write_block::<S, N>(
                                         &xf,
@@ -786,6 +864,13 @@ pub fn launch_forward_nvfp4(
             knobs.blocks_per_lane
         ));
     }
+    if knobs.raw_cache && !cached {
+        return bad(format!(
+            "the raw register cache (`.raw`) needs the register cache: {lanes} lanes x {} blocks \
+             per lane do not hold the {blocks} blocks of a row",
+            knobs.blocks_per_lane
+        ));
+    }
     let bf16 = ElemType::Float(cubecl::ir::FloatKind::BF16);
     // The word views need whole words per vector; offsets of vectors are then word-aligned.
     let words = v.is_multiple_of(2);
@@ -811,6 +896,7 @@ pub fn launch_forward_nvfp4(
         gamma_words: words && gamma_type == bf16,
         plane_width: reduction_plane_width(client),
         gamma_after_x: knobs.loads_gamma_after_x(channels, one_group_per_cube),
+        raw_cache: knobs.raw_cache,
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {

@@ -34,6 +34,12 @@ pub struct Fp4Knobs {
     /// Needs the register cache (`blocks_per_lane` covering the row); pays with a persistent
     /// grid (`max_cubes`), where a cube walks several row groups.
     pub prefetch: bool,
+    /// Keep the register cache as the input's raw vectors (bf16: half the registers of f32)
+    /// and widen each value where it is used (once for its square, once for `y`): one more
+    /// integer instruction per element for fewer registers, which pays where the f32 cache
+    /// holds occupancy down (several blocks per lane, a prefetch buffer). Only with the
+    /// register cache (`blocks_per_lane` covering the row).
+    pub raw_cache: bool,
 }
 
 impl core::fmt::Display for Fp4Knobs {
@@ -59,6 +65,9 @@ impl core::fmt::Display for Fp4Knobs {
         }
         if self.prefetch {
             write!(f, ".pf")?;
+        }
+        if self.raw_cache {
+            write!(f, ".raw")?;
         }
         Ok(())
     }
@@ -97,16 +106,20 @@ impl Fp4Knobs {
             || self.loads_gamma_after_x(channels, one_group_per_cube)
     }
 
-    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf`).
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf.raw`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
-                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf]"
+                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf][.raw]"
             )
         };
         let parts: Vec<&str> = text.trim().split('.').collect();
-        let (fields, prefetch) = match parts.as_slice() {
+        let (fields, raw_cache) = match parts.as_slice() {
+            [fields @ .., "raw"] => (fields, true),
+            fields => (fields, false),
+        };
+        let (fields, prefetch) = match fields {
             [fields @ .., "pf"] => (fields, true),
             fields => (fields, false),
         };
@@ -145,6 +158,7 @@ impl Fp4Knobs {
                 m => Some(num(m, 'm')? as u32),
             },
             prefetch,
+            raw_cache,
         })
     }
 }
@@ -240,6 +254,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             fast_math,
             max_cubes: None,
             prefetch: false,
+            raw_cache: false,
         };
     }
     let plane = hw.plane_size_min.max(1);
@@ -256,6 +271,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             fast_math,
             max_cubes: None,
             prefetch: false,
+            raw_cache: false,
         };
     }
     let lanes = (blocks.div_ceil(2).next_power_of_two() as u32).min(256);
@@ -276,6 +292,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         fast_math,
         max_cubes: None,
         prefetch: false,
+        raw_cache: false,
     }
 }
 
