@@ -593,7 +593,9 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                 };
                                 let cached_first = comptime![u * row_cache + i * per_block];
                                 if comptime![raw] {
-                                    // This block widened again, into `xf`.
+                                    // This block widened again, into `xf` (by the plain
+                                    // cast; pass 1 goes through the words: the H200 runs of
+                                    // the twenty-ninth session measured this form).
                                     #[unroll]
                                     for h in 0..per_block {
                                         if comptime![cfg.prefetch] {
