@@ -197,6 +197,37 @@ impl Buffers {
         .expect("fp8 launch");
     }
 
+    /// NVFP4 out (TransformerEngine recipe, `s_enc` 100, row-major scales into `scales`, codes
+    /// into `out`, the SiLU), whatever `fp8` says.
+    fn launch_nvfp4(
+        &self,
+        client: &Client,
+        scales: &Handle,
+        knobs: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs,
+    ) -> Result<(), burn_rmsnorm_silu::kernels::forward::ForwardError> {
+        use burn_rmsnorm_silu::kernels::nvfp4::{
+            Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4,
+        };
+        launch_forward_nvfp4(
+            client,
+            self.x.clone(),
+            self.gamma.clone(),
+            Fp4Target {
+                codes: self.out.clone(),
+                scales: scales.clone(),
+                recipe: Fp4Recipe::TransformerEngine,
+                layout: ScaleLayout::RowMajor,
+                s_enc: 100.0,
+            },
+            BF16,
+            BF16,
+            self.problem,
+            self.norm(),
+            Activation::Silu,
+            knobs,
+        )
+    }
+
     fn valid(&self, client: &Client, knobs: &Knobs) -> bool {
         let out = if self.fp8 { 1 } else { 2 };
         validate_knobs(client, knobs, self.problem, &[0; 3], &[2, 2, out]).is_ok()
@@ -1435,10 +1466,7 @@ fn fp4_candidates(
 /// tuned widths at T >= 24960, each against a copy of the same bytes in the same run (FP8 moves
 /// 2 + 1 bytes per element, NVFP4 2 + 0.5 + 1/16).
 fn quant(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::nvfp4::{
-        Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
-        select_fp4_knobs,
-    };
+    use burn_rmsnorm_silu::kernels::nvfp4::{heuristic_fp4_knobs, select_fp4_knobs};
     let client = timer.client.clone();
     let mut csv = String::from(
         "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
@@ -1456,7 +1484,6 @@ fn quant(timer: &mut Timer, args: &Args) {
         for &t in tokens {
             let n = t * c;
             let b = Buffers::new(timer, t, c);
-            let norm = b.norm();
             let scratch = client.empty(n * 2);
             // The half-and-half copy of `bytes`: half the traffic read, half written.
             let half = |bytes: usize| (bytes / 2).div_ceil(16) * 16;
@@ -1481,25 +1508,7 @@ fn quant(timer: &mut Timer, args: &Args) {
             // NVFP4: heuristic, then the sweep.
             let scales = client.empty(n / 16);
             let launch_nvfp4 = |k: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs| {
-                launch_forward_nvfp4(
-                    &client,
-                    b.x.clone(),
-                    b.gamma.clone(),
-                    Fp4Target {
-                        codes: b.out.clone(),
-                        scales: scales.clone(),
-                        recipe: Fp4Recipe::TransformerEngine,
-                        layout: ScaleLayout::RowMajor,
-                        s_enc: 100.0,
-                    },
-                    BF16,
-                    BF16,
-                    b.problem,
-                    norm,
-                    Activation::Silu,
-                    k,
-                )
-                .expect("nvfp4 launch")
+                b.launch_nvfp4(&client, &scales, k).expect("nvfp4 launch")
             };
             let run = |k: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs, runs: usize| {
                 median(&timer.time(2, runs, || launch_nvfp4(k)))
@@ -1735,9 +1744,7 @@ fn ab(timer: &mut Timer) {
 /// half-and-half copy of the 2 + 1/2 + 1/16 bytes per element; the codes and scales each
 /// knobs write are compared with the first knobs' bytes.
 fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
-    use burn_rmsnorm_silu::kernels::nvfp4::{
-        Fp4Knobs, Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
-    };
+    use burn_rmsnorm_silu::kernels::nvfp4::{Fp4Knobs, select_fp4_knobs};
     let client = timer.client.clone();
     let RowsProblem { rows, channels, .. } = b.problem;
     let n = rows * channels;
@@ -1750,26 +1757,7 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
         .collect();
     let scales = client.empty(n / 16);
     let scratch = client.empty(n * 2);
-    let try_launch = |k: &Fp4Knobs| {
-        launch_forward_nvfp4(
-            &client,
-            b.x.clone(),
-            b.gamma.clone(),
-            Fp4Target {
-                codes: b.out.clone(),
-                scales: scales.clone(),
-                recipe: Fp4Recipe::TransformerEngine,
-                layout: ScaleLayout::RowMajor,
-                s_enc: 100.0,
-            },
-            BF16,
-            BF16,
-            b.problem,
-            b.norm(),
-            Activation::Silu,
-            k,
-        )
-    };
+    let try_launch = |k: &Fp4Knobs| b.launch_nvfp4(&client, &scales, k);
     // Knobs this device refuses are reported and left out (the other cases still run).
     let knobs: Vec<Fp4Knobs> = knobs
         .into_iter()

@@ -848,12 +848,10 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
     }
 }
 
-/// The raw register cache is a form of the register cache: knobs that stream the row are
-/// refused by name.
-#[test]
-#[should_panic(expected = "the raw register cache (`.raw`) needs the register cache")]
-fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
-    let mut rng = rng("nvfp4_raw_refused");
+/// Knobs that stream the row (no register cache) on a small problem, with `prefetch` and the raw
+/// cache as given: the options that need the register cache are refused by name.
+fn launch_streamed_row(prefetch: bool, raw_cache: bool) {
+    let mut rng = rng("nvfp4_streamed_refused");
     let (x, gamma, eps) = cudnn_inputs(&mut rng, 4, 64, DType::BF16);
     let knobs = Fp4Knobs {
         vector_size: 4,
@@ -863,9 +861,9 @@ fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
         blocks_per_lane: 0,
         lane_reduce: LaneReduce::Shared,
         fast_math: false,
-        max_cubes: None,
-        prefetch: false,
-        raw_cache: true,
+        max_cubes: Some(1),
+        prefetch,
+        raw_cache,
     };
     launch_with(
         &x,
@@ -881,36 +879,18 @@ fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
     );
 }
 
-/// Prefetch loads into the register cache: knobs that stream the row are refused by name.
+/// The raw register cache is a form of the register cache.
+#[test]
+#[should_panic(expected = "the raw register cache (`.raw`) needs the register cache")]
+fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
+    launch_streamed_row(false, true);
+}
+
+/// Prefetch loads into the register cache.
 #[test]
 #[should_panic(expected = "prefetch (`.pf`) loads into the register cache")]
 fn nvfp4_prefetch_without_the_register_cache_is_refused() {
-    let mut rng = rng("nvfp4_prefetch_refused");
-    let (x, gamma, eps) = cudnn_inputs(&mut rng, 4, 64, DType::F32);
-    let knobs = Fp4Knobs {
-        vector_size: 4,
-        lanes_per_row: 1,
-        rows_per_cube: 1,
-        rows_per_unit: 1,
-        blocks_per_lane: 0,
-        lane_reduce: LaneReduce::Shared,
-        fast_math: false,
-        max_cubes: Some(1),
-        prefetch: true,
-        raw_cache: false,
-    };
-    launch_with(
-        &x,
-        &gamma,
-        4,
-        64,
-        DType::F32,
-        NormParams::rms(eps),
-        Fp4Recipe::Cudnn,
-        ScaleLayout::RowMajor,
-        1.0,
-        knobs,
-    );
+    launch_streamed_row(true, false);
 }
 
 /// The knob text round-trips, prefetch and the PTX math included.
