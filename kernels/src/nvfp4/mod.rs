@@ -5,8 +5,9 @@
 //! Mapping: a lane owns whole blocks of 16 (blocks `l, l + lanes, ...` of its row), so a block's
 //! amax, scale and codes need no communication; only the row's sum of squares is shared between
 //! the lanes of a row (the forward kernel's [`lane_sums`], with its overflow/underflow rescue).
-//! Rows whose blocks fit the comptime register budget (`blocks_per_lane`) read `x` once;
-//! longer rows are read twice (the second time mostly from L2).
+//! Rows whose blocks fit the comptime register budget (`blocks_per_lane`) read `x` once, kept in
+//! registers as f32 or, with the raw cache ([`Fp4Knobs::raw_cache`]), as loaded; longer rows are
+//! read twice (the second time mostly from L2).
 //!
 //! Codes are rounded to nearest, ties to even, saturating at ±6; the block scale is the E4M3
 //! byte of `amax_b * s_enc / 6` (TransformerEngine: values encoded with the *rounded* scale,
