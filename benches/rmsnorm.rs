@@ -284,14 +284,22 @@ fn time_read_heavy(
     }))
 }
 
+/// The bytes an NVFP4 output moves per `n` elements: 2 read, 1/2 of codes and 1/16 of scales
+/// written.
+fn nvfp4_bytes(n: usize) -> usize {
+    n * 2 + n / 2 + n / 16
+}
+
+/// What a copy roof for a kernel that moves `bytes` in all copies one way (`Timer::copy`: half
+/// the traffic read, half written), in whole 16-byte vectors.
+fn half_and_half(bytes: usize) -> usize {
+    (bytes / 2).div_ceil(16) * 16
+}
+
 /// The bytes each copy roof moves one way for `b`'s shape and output.
 fn copy_bytes(b: &Buffers) -> usize {
     let n = b.problem.rows * b.problem.channels;
-    if b.fp8 {
-        (n * 3 / 2).div_ceil(16) * 16
-    } else {
-        n * 2
-    }
+    if b.fp8 { half_and_half(n * 3) } else { n * 2 }
 }
 
 /// The knob space the tuner sweeps for one shape: 16-byte vectors; lanes per row from 1 to
@@ -1485,8 +1493,6 @@ fn quant(timer: &mut Timer, args: &Args) {
             let n = t * c;
             let b = Buffers::new(timer, t, c);
             let scratch = client.empty(n * 2);
-            // The half-and-half copy of `bytes`: half the traffic read, half written.
-            let half = |bytes: usize| (bytes / 2).div_ceil(16) * 16;
             // The FP8 table's knobs (then the bf16 table's, the derived ones, the heuristic).
             let knobs = burn_rmsnorm_silu::kernels::select::select_output_knobs_with_source(
                 &client, b.problem, 2, 2, "fp8", 256,
@@ -1500,7 +1506,7 @@ fn quant(timer: &mut Timer, args: &Args) {
                 50,
                 [
                     &mut || b.launch_fp8(&client, &knobs),
-                    &mut || timer.copy(&b.x, &scratch, half(n * 3)),
+                    &mut || timer.copy(&b.x, &scratch, half_and_half(n * 3)),
                     &mut || timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, 1, 2),
                     &mut || timer.copy_two_to_one(&b.x, &scratch, n * 2 / 32 * 32),
                 ],
@@ -1615,7 +1621,7 @@ fn quant(timer: &mut Timer, args: &Args) {
                 50,
                 [
                     &mut || launch_nvfp4(&best.0),
-                    &mut || timer.copy(&b.x, &scratch, half(n * 2 + n / 2 + n / 16)),
+                    &mut || timer.copy(&b.x, &scratch, half_and_half(nvfp4_bytes(n))),
                     &mut || timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, 9, 32),
                 ],
             );
@@ -1770,7 +1776,7 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
         })
         .collect();
     let launch = |k: &Fp4Knobs| try_launch(k).expect("launched before");
-    let copy_bytes = (n * 2 + n / 2 + n / 16).div_ceil(32) * 16;
+    let bytes = half_and_half(nvfp4_bytes(n));
     let mut times = vec![Vec::new(); knobs.len()];
     let mut copies = Vec::new();
     for _ in 0..5 {
@@ -1778,7 +1784,7 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
             slot.push(median(&timer.time(2, 50, || launch(k))));
         }
         copies.push(median(
-            &timer.time(2, 50, || timer.copy(&b.x, &scratch, copy_bytes)),
+            &timer.time(2, 50, || timer.copy(&b.x, &scratch, bytes)),
         ));
     }
     let copy = median(&copies);

@@ -246,14 +246,14 @@ fn widen<E: Float, N: Size, W: Size>(v: Vector<E, N>, #[comptime] bf16: bool) ->
     }
 }
 
-/// The lane's blocks of the row at vector `base` of `x` into `xs[first..]` as loaded (the raw
+/// The lane's blocks of the row at vector `base` of `x` into `xr[first..]` as loaded (the raw
 /// register cache), every load unconditional as in [`load_lane_row`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_lane_raw<E: Float, N: Size>(
     x: &[Vector<E, N>],
     base: usize,
-    xs: &mut Array<Vector<E, N>>,
+    xr: &mut Array<Vector<E, N>>,
     #[comptime] first: usize,
     lane: usize,
     blocks: usize,
@@ -267,7 +267,7 @@ fn load_lane_raw<E: Float, N: Size>(
         let b = select(b < blocks, b, blocks - 1);
         #[unroll]
         for h in 0..per_block {
-            xs[first + i * per_block + h] = x[base + b * per_block + h];
+            xr[first + i * per_block + h] = x[base + b * per_block + h];
         }
     }
 }
@@ -396,12 +396,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     } else {
         (rpu * row_cache).max(1)
     }]);
-    // The raw cache without prefetch (with it, `xr` is the raw cache).
-    let mut xs = Array::<Vector<E, N>>::new(comptime![if raw && !cfg.prefetch {
-        rpu * row_cache
-    } else {
-        1
-    }]);
     let mut g_regs =
         Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
@@ -409,10 +403,14 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     if comptime![gamma_regs && !cfg.gamma_after_x] {
         load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
     }
-    // Prefetch: the raw x of this step's rows (`xr`) and of the next step's (`xn`), loaded one
-    // grid-stride step ahead.
+    // The raw x of this step's rows (`xr`: prefetch's current step, or the raw cache) and, with
+    // prefetch, of the next step's (`xn`), loaded one grid-stride step ahead.
     let raw_len = comptime![if cfg.prefetch { rpu * row_cache } else { 1 }];
-    let mut xr = Array::<Vector<E, N>>::new(raw_len);
+    let mut xr = Array::<Vector<E, N>>::new(comptime![if cfg.prefetch || raw {
+        rpu * row_cache
+    } else {
+        1
+    }]);
     let mut xn = Array::<Vector<E, N>>::new(raw_len);
     if comptime![cfg.prefetch] {
         #[unroll]
@@ -459,7 +457,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 let row = step_first_row + y + u * rows_per_cube;
                 let base = select(row < rows, row, rows - 1) * x_row_stride;
                 if comptime![raw] {
-                    load_lane_raw::<E, N>(x, base, &mut xs, u * row_cache, lane, blocks, cfg);
+                    load_lane_raw::<E, N>(x, base, &mut xr, u * row_cache, lane, blocks, cfg);
                 } else {
                     load_lane_row::<E, N, W>(
                         x,
@@ -495,10 +493,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                             let k = u * row_cache + i * per_block + h;
                             #[allow(unused_assignments)]
                             let mut f = Vector::<f32, N>::new(0.0f32);
-                            if comptime![raw && cfg.prefetch] {
+                            if comptime![raw] {
                                 f = widen::<E, N, W>(xr[k], cfg.x_words);
-                            } else if comptime![raw] {
-                                f = widen::<E, N, W>(xs[k], cfg.x_words);
                             } else {
                                 if comptime![cfg.prefetch] {
                                     xf[k] = Vector::<f32, N>::cast_from(xr[k]);
@@ -599,13 +595,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                     // the twenty-ninth session measured this form).
                                     #[unroll]
                                     for h in 0..per_block {
-                                        if comptime![cfg.prefetch] {
-                                            xf[h] =
-                                                Vector::<f32, N>::cast_from(xr[cached_first + h]);
-                                        } else {
-                                            xf[h] =
-                                                Vector::<f32, N>::cast_from(xs[cached_first + h]);
-                                        }
+                                        xf[h] = Vector::<f32, N>::cast_from(xr[cached_first + h]);
                                     }
                                 }
                                 let first = comptime![if raw { 0 } else { cached_first }];
