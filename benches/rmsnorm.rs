@@ -345,6 +345,7 @@ fn candidates(client: &Client, problem: RowsProblem) -> Vec<Knobs> {
                         fast_math: false,
                         prefetch: false,
                         f32_cache: false,
+                        word_cache: false,
                         groups_per_ticket: 0,
                     });
                 }
@@ -385,6 +386,7 @@ fn packed_candidates(client: &Client, v: usize, vecs: usize) -> Vec<Knobs> {
                         fast_math: false,
                         prefetch: false,
                         f32_cache: false,
+                        word_cache: false,
                         groups_per_ticket: 0,
                     });
                 }
@@ -553,6 +555,20 @@ fn tune_shape(timer: &Timer, b: &Buffers) -> (Knobs, f64) {
         consider(
             Knobs {
                 f32_cache: true,
+                ..last
+            },
+            &mut best,
+        );
+    }
+    // The word cache on the final layout (x kept as loaded words, widened at each use): fewer
+    // registers where several vectors per lane are cached (H200, 2026-12-03: 1-5% faster at
+    // C = 192-640 T <= 99840 in bf16, up to 5% slower at C = 64 and C = 1024 T >= 99840).
+    let last = best.unwrap().0;
+    if last.caches_row(b.problem.channels) && last.vectors_per_lane > 1 {
+        consider(
+            Knobs {
+                word_cache: true,
+                f32_cache: false,
                 ..last
             },
             &mut best,

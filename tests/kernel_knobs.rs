@@ -239,6 +239,7 @@ fn knobs(vector_size: usize, lanes: u32, rows: u32, vpl: usize, reduce: LaneRedu
         fast_math: false,
         prefetch: false,
         f32_cache: false,
+        word_cache: false,
         groups_per_ticket: 0,
     }
 }
@@ -422,6 +423,62 @@ fn every_knob_path_writes_every_element() {
         cases.extend(packed_cases());
     }
     cases.push((knobs(2, 1, 1, 2, LaneReduce::Plane), 3, 8));
+    check_cases_in_every_dtype(cases);
+}
+
+/// The word cache (`.wd`): x loaded as 32-bit words and widened from them at each use, with
+/// one and several vectors per lane, rows per unit, every gamma placement and lane reduction,
+/// tails of rows and columns, and with prefetch; bf16 (integer widening), f16 and f32 (the cast).
+/// The CPU runtime runs bf16 with the input-dtype cache instead (see `launch_forward_to`).
+#[test]
+fn word_cache_matches_the_reference() {
+    use LaneReduce::*;
+    let mut cases = vec![
+        (knobs(8, 4, 2, 5, Shared), 13, 160),
+        (knobs(2, 2, 1, 4, Shared), 7, 14),
+        (knobs(4, 4, 2, 5, Shared), 9, 72),
+        (
+            with(knobs(8, 1, 1, 8, Plane), 4, GammaIn::Registers),
+            13,
+            64,
+        ),
+        (with(knobs(4, 2, 1, 4, Shared), 2, GammaIn::Shared), 11, 32),
+        (with(knobs(2, 1, 2, 2, Plane), 3, GammaIn::Global), 17, 4),
+        (prefetched(knobs(8, 1, 2, 3, Plane), 2), 19, 24),
+        (
+            prefetched(with(knobs(4, 2, 1, 5, Shared), 2, GammaIn::Shared), 3),
+            23,
+            40,
+        ),
+    ];
+    if on_gpu() {
+        // The shapes the `.wd` entries serve (C = 96 and 160) and a wide row.
+        cases.extend([
+            (knobs(4, 8, 16, 5, Plane), 24_960, 160),
+            (knobs(2, 16, 8, 5, Plane), 4_001, 160),
+            (knobs(8, 4, 32, 3, Plane), 24_961, 96),
+            (knobs(8, 64, 2, 2, Shared), 777, 1024),
+            (
+                prefetched(with(knobs(8, 8, 16, 3, Plane), 2, GammaIn::Registers), 396),
+                9_999,
+                160,
+            ),
+        ]);
+    }
+    let cases = cases
+        .into_iter()
+        .map(|(k, rows, channels)| {
+            (
+                Knobs {
+                    word_cache: true,
+                    fast_math: on_gpu(),
+                    ..k
+                },
+                rows,
+                channels,
+            )
+        })
+        .collect();
     check_cases_in_every_dtype(cases);
 }
 
@@ -771,6 +828,28 @@ fn invalid_knobs_are_refused_with_a_reason() {
                 ..knobs(2, 1, 1, 0, LaneReduce::Plane)
             },
             "register cache",
+        ),
+        (
+            Knobs {
+                word_cache: true,
+                ..knobs(1, 1, 1, 12, LaneReduce::Plane)
+            },
+            "32-bit words",
+        ),
+        (
+            Knobs {
+                word_cache: true,
+                ..knobs(2, 1, 1, 0, LaneReduce::Plane)
+            },
+            "register cache",
+        ),
+        (
+            Knobs {
+                word_cache: true,
+                f32_cache: true,
+                ..prefetched(knobs(4, 1, 1, 3, LaneReduce::Plane), 2)
+            },
+            "choose one",
         ),
     ] {
         let err = validate_knobs(&client, &k, problem, &[0; 3], &[2; 3]).unwrap_err();

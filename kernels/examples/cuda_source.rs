@@ -137,7 +137,7 @@ fn main() {
         (),
         (),
         knobs.vector_size,
-        if cfg.prefetch {
+        if cfg.prefetch || cfg.word_cache {
             knobs.vector_size / 2
         } else {
             1

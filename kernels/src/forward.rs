@@ -171,11 +171,17 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             GammaIn::Global => {}
         }
 
-        // The register cache: the input dtype, or f32 (`f32_cache`); the other is a stub.
-        let mut xs = Array::<Vector<E, N>>::new(comptime![if cfg.f32_cache {
+        // The register cache: the input dtype, f32 (`f32_cache`) or the loaded words
+        // (`word_cache`); the others are stubs.
+        let mut xs = Array::<Vector<E, N>>::new(comptime![if cfg.f32_cache || cfg.word_cache {
             1
         } else {
             vpl * rows_per_unit
+        }]);
+        let mut xw = Array::<Vector<u32, W>>::new(comptime![if cfg.word_cache {
+            vpl * rows_per_unit
+        } else {
+            1
         }]);
         let mut xf = Array::<Vector<f32, N>>::new(comptime![if cfg.f32_cache {
             vpl * rows_per_unit
@@ -235,6 +241,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 for k in 0..slots {
                     if comptime![cfg.f32_cache] {
                         xf[k] = staged_to_f32::<E, N, W>(staged[k * units + unit], cfg);
+                    } else if comptime![cfg.word_cache] {
+                        xw[k] = staged[k * units + unit];
                     } else {
                         xs[k] = Vector::<E, N>::reinterpret(staged[k * units + unit]);
                     }
@@ -244,16 +252,29 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 // sums skip the clamped slots): a load inside the row's `if`, with its square
                 // right after it, made each load wait for the one before (one memory latency
                 // per vector).
-                load_rows::<E, N>(
-                    x,
-                    &mut xs,
-                    lane,
-                    first_row,
-                    rows,
-                    x_row_stride,
-                    vecs_per_row,
-                    cfg,
-                );
+                if comptime![cfg.word_cache] {
+                    load_rows::<u32, W>(
+                        x_words,
+                        &mut xw,
+                        lane,
+                        first_row,
+                        rows,
+                        x_row_stride,
+                        vecs_per_row,
+                        cfg,
+                    );
+                } else {
+                    load_rows::<E, N>(
+                        x,
+                        &mut xs,
+                        lane,
+                        first_row,
+                        rows,
+                        x_row_stride,
+                        vecs_per_row,
+                        cfg,
+                    );
+                }
                 if comptime![cfg.gamma_after_x] {
                     load_gamma_registers::<G, N>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
                 }
@@ -265,7 +286,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 #[unroll]
                 for i in 0..vpl {
                     if active && lane + i * lanes < vecs_per_row {
-                        let f = cached::<E, N, W>(&xs, &xf, r * vpl + i, cfg);
+                        let f = cached::<E, N, W>(&xs, &xf, &xw, r * vpl + i, cfg);
                         add_squares::<N>(&mut acc, f, vpl);
                     }
                 }
@@ -295,7 +316,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     for i in 0..vpl {
                         let j = lane + i * lanes;
                         if active && j < vecs_per_row {
-                            let f = cached::<E, N, W>(&xs, &xf, r * vpl + i, cfg) * p;
+                            let f = cached::<E, N, W>(&xs, &xf, &xw, r * vpl + i, cfg) * p;
                             add_squares::<N>(&mut acc, f, vpl);
                         }
                     }
@@ -328,6 +349,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         store_cached_row::<E, G, O, N, W, V>(
                             &xs,
                             &xf,
+                            &xw,
                             &g_regs,
                             &g_shared,
                             gamma,
@@ -353,6 +375,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         store_cached_row::<E, G, O, N, W, V>(
                             &xs,
                             &xf,
+                            &xw,
                             &g_regs,
                             &g_shared,
                             gamma,
@@ -570,6 +593,7 @@ fn write_vector<O: Float, N: Size, V: Size>(
 fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     xs: &Array<Vector<E, N>>,
     xf: &Array<Vector<f32, N>>,
+    xw: &Array<Vector<u32, W>>,
     g_regs: &Array<Vector<f32, N>>,
     g_shared: &Shared<[Vector<f32, N>]>,
     gamma: &[Vector<G, N>],
@@ -614,7 +638,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 GammaIn::Shared => g = g_shared[j],
                 GammaIn::Global => g = Vector::<f32, N>::cast_from(g_raw[i]),
             }
-            let mut v = cached::<E, N, W>(xs, xf, r * vpl + i, cfg);
+            let mut v = cached::<E, N, W>(xs, xf, xw, r * vpl + i, cfg);
             if comptime![prescaled] {
                 v *= pv;
             }
@@ -833,8 +857,23 @@ pub fn validate_knobs(
                 .into(),
         );
     }
+    if knobs.word_cache && knobs.f32_cache {
+        return bad(
+            "word_cache (`.wd`) and f32_cache (`.f32`) are two forms of the register cache: \
+             choose one"
+                .into(),
+        );
+    }
+    let x_bytes = elem_sizes.first().copied().unwrap_or(0) * knobs.vector_size;
+    if knobs.word_cache && (!knobs.caches_row(problem.channels) || !x_bytes.is_multiple_of(4)) {
+        return bad(format!(
+            "word_cache (`.wd`) needs the register cache (vectors_per_lane {} x lanes_per_row {} \
+             x vector_size {} >= C = {}) and vectors of whole 32-bit words (this x: {x_bytes} \
+             bytes)",
+            knobs.vectors_per_lane, knobs.lanes_per_row, knobs.vector_size, problem.channels
+        ));
+    }
     if knobs.prefetch {
-        let x_bytes = elem_sizes.first().copied().unwrap_or(0) * knobs.vector_size;
         if !knobs.caches_row(problem.channels) || !x_bytes.is_multiple_of(4) {
             return bad(format!(
                 "prefetch needs the register cache (vectors_per_lane {} x lanes_per_row {} x \
@@ -1002,6 +1041,12 @@ pub fn launch_forward_to(
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
+    // The CPU runtime's JIT fails to link the bf16 word-cache kernel (its LLVM lowering asks
+    // for `__truncsfbf2`, which the JIT does not provide); the word cache only saves GPU
+    // registers, so bf16 on the CPU runtime keeps the input-dtype cache (same results).
+    if cfg.bf16_input && !is_gpu(client) {
+        cfg.word_cache = false;
+    }
     cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
     cfg.plane_width = reduction_plane_width(client);
     cfg.packed_fp8 = cfg.saturating_cast
@@ -1022,8 +1067,9 @@ pub fn launch_forward_to(
         (1, 1, out_len)
     };
 
-    // `x` seen as vectors of 32-bit words, one per vector of `x` (prefetch only; validated).
-    let (words_per_vector, words_len) = if cfg.prefetch {
+    // `x` seen as vectors of 32-bit words, one per vector of `x` (prefetch and `word_cache`
+    // only; validated).
+    let (words_per_vector, words_len) = if cfg.prefetch || cfg.word_cache {
         (vector_size * x_type.size() / 4, x_len)
     } else {
         (1, 1)

@@ -68,6 +68,14 @@ pub struct Knobs {
     /// converted twice (sum of squares, then the output). Twice the registers for the cache,
     /// ~1.5 instructions per element fewer for bf16 in. Written `.f32`.
     pub f32_cache: bool,
+    /// The register cache is loaded as 32-bit words and widened from them at each use (bf16:
+    /// `w << 16` and `w & 0xffff0000`, one integer instruction per element) instead of by the
+    /// compiler's bf16 cast. Why: the cast byte-permutes every high half into a register of
+    /// its own, and with several vectors per lane those permuted copies stay live across the
+    /// reduction next to the loaded words (SASS of the C = 160 entry: 10 extra registers and
+    /// 10 instructions per row). Needs the register cache and vectors of whole words; not with
+    /// `.f32`, which widens the words once. Written `.wd`.
+    pub word_cache: bool,
     /// With a count `k > 0`, a persistent grid's cubes draw their row groups in order from a
     /// ticket counter, `k` consecutive groups per ticket, instead of walking them `CUBE_COUNT`
     /// apart (0). Why: with a fixed stride the cubes drift apart, so the groups in flight
@@ -95,6 +103,7 @@ pub struct RowConfig {
     pub fast_math: bool,
     pub prefetch: bool,
     pub f32_cache: bool,
+    pub word_cache: bool,
     pub groups_per_ticket: u32,
     /// `x` is bf16 (set at launch): the f32 cache converts its words with integer shifts.
     pub bf16_input: bool,
@@ -181,6 +190,7 @@ impl Knobs {
             fast_math: self.fast_math && activation == Activation::Silu,
             prefetch: self.prefetch && cached,
             f32_cache: self.f32_cache && self.prefetch && cached,
+            word_cache: self.word_cache && cached && !(self.f32_cache && self.prefetch),
             groups_per_ticket: self.groups_per_ticket,
             bf16_input: false,
             output,
@@ -249,8 +259,8 @@ impl RowConfig {
 impl core::fmt::Display for Knobs {
     /// Compact form, also accepted by [`Knobs::parse`]:
     /// `v8.l16.r8.u2.c3.plane.greg.m2112` (`m-` for no cube cap; `.fast` appended for
-    /// `fast_math`, then `.pf` for `prefetch`, then `.f32` for `f32_cache`, then `.tk<k>`
-    /// for `groups_per_ticket` k > 0).
+    /// `fast_math`, then `.pf` for `prefetch`, then `.f32` for `f32_cache` or `.wd` for
+    /// `word_cache`, then `.tk<k>` for `groups_per_ticket` k > 0).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let reduce = match self.lane_reduce {
             LaneReduce::Plane => "plane",
@@ -283,6 +293,9 @@ impl core::fmt::Display for Knobs {
         if self.f32_cache {
             write!(f, ".f32")?;
         }
+        if self.word_cache {
+            write!(f, ".wd")?;
+        }
         if self.groups_per_ticket > 0 {
             write!(f, ".tk{}", self.groups_per_ticket)?;
         }
@@ -309,9 +322,10 @@ impl Knobs {
             }
             fields => (fields, 0),
         };
-        let (fields, f32_cache) = match fields {
-            [fields @ .., "f32"] if fields.len() >= 8 => (fields, true),
-            fields => (fields, false),
+        let (fields, f32_cache, word_cache) = match fields {
+            [fields @ .., "f32"] if fields.len() >= 8 => (fields, true, false),
+            [fields @ .., "wd"] if fields.len() >= 8 => (fields, false, true),
+            fields => (fields, false, false),
         };
         let (fields, prefetch) = match fields {
             [fields @ .., "pf"] if fields.len() >= 8 => (fields, true),
@@ -353,6 +367,7 @@ impl Knobs {
             fast_math,
             prefetch,
             f32_cache,
+            word_cache,
             groups_per_ticket,
         })
     }
@@ -376,6 +391,7 @@ mod tests {
             fast_math: false,
             prefetch: false,
             f32_cache: false,
+            word_cache: false,
             groups_per_ticket: 0,
         };
         assert_eq!(k.to_string(), "v8.l16.r8.u2.c3.shared.gsh.m2112");
@@ -402,6 +418,13 @@ mod tests {
             assert!(k.to_string().ends_with(&format!("m-{tail}")));
             assert_eq!(Knobs::parse(&k.to_string()), Ok(k));
         }
+        let w = Knobs {
+            word_cache: true,
+            fast_math: true,
+            ..k
+        };
+        assert!(w.to_string().ends_with("m-.fast.wd"));
+        assert_eq!(Knobs::parse(&w.to_string()), Ok(w));
         let k = Knobs {
             max_cubes: Some(1056),
             prefetch: true,
@@ -415,6 +438,8 @@ mod tests {
         assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.tk").is_err());
         assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.pf.fast").is_err());
         assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.f32.pf").is_err());
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.pf.f32.wd").is_err());
+        assert!(Knobs::parse("v8.l16.r8.u2.c3.plane.greg.m-.wd.fast").is_err());
         assert!(Knobs::parse("v8.l16").unwrap_err().contains("expected"));
         assert!(Knobs::parse("v8.l16.r8.u2.c3.warp.greg.m-").is_err());
     }

@@ -90,22 +90,27 @@ pub(crate) fn load_rows<T: Scalar, W: Size>(
     }
 }
 
-/// Slot `k` of the register cache in f32 (converted here, or already f32 with `f32_cache`).
+/// Slot `k` of the register cache in f32 (converted here, or already f32 with `f32_cache`;
+/// from the loaded words with `word_cache`).
 /// Staged bf16 (prefetch, `W` words per vector) with one vector per lane converts through the
 /// words, as [`words_to_f32`]: one integer instruction per value, where the compiler's bf16
 /// cast spends a byte permute more on each high half (FP8 C = 64, T = 399360: 6.6% faster on
 /// the H200). With more vectors per lane the compiler's cast stays: it keeps the converted
 /// values for the output pass instead (more registers, fewer instructions), which measured
-/// faster there (FP8 C = 1024, T = 99840: 5% slower through the words).
+/// faster there (FP8 C = 1024, T = 99840: 5% slower through the words); `word_cache` asks
+/// for the words anyway (see [`crate::Knobs::word_cache`]).
 #[cube]
 pub(crate) fn cached<E: Float, N: Size, W: Size>(
     xs: &Array<Vector<E, N>>,
     xf: &Array<Vector<f32, N>>,
+    xw: &Array<Vector<u32, W>>,
     k: usize,
     #[comptime] cfg: RowConfig,
 ) -> Vector<f32, N> {
     if comptime![cfg.f32_cache] {
         xf[k]
+    } else if comptime![cfg.word_cache] {
+        words_to_f32::<E, N, W>(xw[k], cfg.bf16_input)
     } else if comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1] {
         words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(xs[k]), true)
     } else {

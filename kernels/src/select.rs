@@ -271,6 +271,7 @@ pub fn table_derived_knobs(
         Knobs {
             prefetch: false,
             f32_cache: false,
+            word_cache: false,
             ..k
         },
     ]
@@ -363,6 +364,7 @@ pub fn heuristic_knobs(
         fast_math: has_ptx_math(client),
         prefetch: false,
         f32_cache: false,
+        word_cache: false,
         groups_per_ticket: 0,
     }
 }

@@ -140,6 +140,7 @@ impl Fp4Config {
             fast_math: self.fast_math,
             prefetch: false,
             f32_cache: false,
+            word_cache: false,
             groups_per_ticket: 0,
             bf16_input: false,
             output: Output::Input,
