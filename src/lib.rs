@@ -25,6 +25,8 @@ pub mod api;
 pub mod autodiff;
 pub mod backend;
 pub mod composed;
+#[doc(hidden)]
+pub mod cpu_bf16_shim;
 #[cfg(any(feature = "cuda", feature = "cpu"))]
 pub mod cube;
 pub mod fp8;

@@ -1041,12 +1041,6 @@ pub fn launch_forward_to(
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
-    // The CPU runtime's JIT fails to link the bf16 word-cache kernel (its LLVM lowering asks
-    // for `__truncsfbf2`, which the JIT does not provide); the word cache only saves GPU
-    // registers, so bf16 on the CPU runtime keeps the input-dtype cache (same results).
-    if cfg.bf16_input && !is_gpu(client) {
-        cfg.word_cache = false;
-    }
     cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
     cfg.plane_width = reduction_plane_width(client);
     cfg.packed_fp8 = cfg.saturating_cast

@@ -1,0 +1,19 @@
+//! Exports `__truncsfbf2` from the test, example and bench binaries (defined in
+//! `src/cpu_bf16_shim.rs`): LLVM 22.1.8 (Debian bookworm-security) lowers f32 -> bf16 conversions
+//! on x86-64 to a call of this compiler-rt routine, which the CubeCL CPU runtime's JIT looks up
+//! among the process's symbols and which Debian 12's libgcc does not have.
+fn main() {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if target.starts_with("x86_64") && target.contains("linux") {
+        println!(
+            "cargo:rustc-link-arg-tests=-Wl,-u,__truncsfbf2,--export-dynamic-symbol=__truncsfbf2"
+        );
+        println!(
+            "cargo:rustc-link-arg-examples=-Wl,-u,__truncsfbf2,--export-dynamic-symbol=__truncsfbf2"
+        );
+        println!(
+            "cargo:rustc-link-arg-benches=-Wl,-u,__truncsfbf2,--export-dynamic-symbol=__truncsfbf2"
+        );
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
