@@ -10,7 +10,9 @@
 //!                                              # RMSNORM_QUANT_SWEEP=0: the selected knobs only)
 //! RMSNORM_AB="96 24960 bf16 selected <knobs>; ..." cargo bench --bench rmsnorm -- ab
 //!                                              # knobs side by side in one run (5 rounds;
-//!                                              # `selected`: the crate's own choice)
+//!                                              # `selected`: the crate's own choice;
+//!                                              # RMSNORM_AB_ALTERNATE=1: also timed in turn;
+//!                                              # RMSNORM_AB_CODE_WARM=1: also with the code warm)
 //! cargo bench --bench rmsnorm -- copies        # copy shapes of the same bytes (the roof's choice)
 //! options: --out DIR (CSV files; default target/bench)  --lut FILE  --quick (fewer shapes)
 //!          --output fp8 (tune: the table for FP8 output, kernels/lut/sm<NN>_fp8.txt)
@@ -1737,6 +1739,9 @@ fn ab(timer: &mut Timer) {
         if std::env::var("RMSNORM_AB_ALTERNATE").is_ok_and(|v| v == "1") {
             alternate(timer, &b, &knobs, c, t, out);
         }
+        if std::env::var("RMSNORM_AB_CODE_WARM").is_ok_and(|v| v == "1") {
+            code_warm(timer, &b, &knobs, c, t, out);
+        }
         let outputs = written_outputs(timer, &b, &knobs);
         let reference = host_reference(timer, &b);
         for ((k, slot), written) in knobs.iter().zip(&times).zip(&outputs) {
@@ -1848,6 +1853,49 @@ fn alternate(timer: &Timer, b: &Buffers, knobs: &[Knobs], c: &str, t: &str, out:
         println!(
             "alternate C={c} T={t} {out}: {k} {t_k:.2} us, copy {copy:.2} us, x{:.3}",
             t_k / copy
+        );
+    }
+}
+
+/// `RMSNORM_AB_CODE_WARM=1`: each knobs and the copy timed as in [`ab`], and again with the
+/// same kernel launched on one row of its own (a 16-byte copy for the copy) between the L2 flush
+/// and the timed call. The flush evicts the kernels' code with their data; the second timing
+/// finds the code in the L2 (and in one SM) with the data still cold, so the difference is what
+/// fetching a kernel's instructions from DRAM costs it.
+fn code_warm(timer: &mut Timer, b: &Buffers, knobs: &[Knobs], c: &str, t: &str, out: &str) {
+    let mut tiny = Buffers::new(timer, 1, b.problem.channels);
+    tiny.fp8 = b.fp8;
+    let bytes = copy_bytes(b);
+    let client = timer.client.clone();
+    let mut cold = vec![Vec::new(); knobs.len() + 1];
+    let mut warm = vec![Vec::new(); knobs.len() + 1];
+    for _ in 0..5 {
+        for (i, k) in knobs.iter().enumerate() {
+            cold[i].extend(timer.time(2, 20, || b.launch(&client, k)));
+            warm[i].extend(timer.time_after(
+                2,
+                20,
+                || tiny.launch(&client, k),
+                || b.launch(&client, k),
+            ));
+        }
+        let last = knobs.len();
+        cold[last].extend(timer.time(2, 20, || timer.copy(&b.x, &b.out, bytes)));
+        warm[last].extend(timer.time_after(
+            2,
+            20,
+            || timer.copy(&tiny.x, &tiny.out, 16),
+            || timer.copy(&b.x, &b.out, bytes),
+        ));
+    }
+    let (copy_cold, copy_warm) = (median(&cold[knobs.len()]), median(&warm[knobs.len()]));
+    println!("codewarm C={c} T={t} {out}: copy {copy_cold:.2} -> {copy_warm:.2} us");
+    for (i, k) in knobs.iter().enumerate() {
+        let (tc, tw) = (median(&cold[i]), median(&warm[i]));
+        println!(
+            "codewarm C={c} T={t} {out}: {k} {tc:.2} -> {tw:.2} us, x{:.3} -> x{:.3}",
+            tc / copy_cold,
+            tw / copy_warm
         );
     }
 }

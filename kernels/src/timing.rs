@@ -443,13 +443,27 @@ impl Timer {
 
     /// Device time in microseconds of each of `runs` calls of `launch`, after `warmup` untimed
     /// calls; the L2 is flushed before every call.
-    pub fn time(&self, warmup: usize, runs: usize, mut launch: impl FnMut()) -> Vec<f64> {
+    pub fn time(&self, warmup: usize, runs: usize, launch: impl FnMut()) -> Vec<f64> {
+        self.time_after(warmup, runs, || {}, launch)
+    }
+
+    /// [`Timer::time`] with `before` launched between each flush and its timed call (outside
+    /// the timed window): e.g. the same kernel on a tiny input, so that the timed call finds
+    /// its code in the L2 and in one SM's instruction cache while its data stays cold.
+    pub fn time_after(
+        &self,
+        warmup: usize,
+        runs: usize,
+        mut before: impl FnMut(),
+        mut launch: impl FnMut(),
+    ) -> Vec<f64> {
         for _ in 0..warmup {
             launch();
         }
         let mut windows = Vec::with_capacity(runs);
         for _ in 0..runs {
             self.flush_l2();
+            before();
             let window = self.client.profile_start().expect("profile start");
             launch();
             windows.push(self.client.profile_end(window).expect("profile end"));
