@@ -136,6 +136,7 @@ fn main() {
         (),
         (),
         (),
+        (),
         knobs.vector_size,
         if cfg.prefetch || cfg.word_cache {
             knobs.vector_size / 2

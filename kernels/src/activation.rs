@@ -81,14 +81,17 @@ pub(crate) fn input_scale(scale: f32, #[comptime] cfg: RowConfig) -> f32 {
     s
 }
 
-/// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded in.
-#[cube]
-pub(crate) fn silu_constant(out_scale: f32, #[comptime] cfg: RowConfig) -> f32 {
-    let mut k = f32::new(-LOG2_E);
-    if comptime![cfg.folds_out_scale()] {
-        k = -LOG2_E / out_scale;
+/// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded
+/// in. Computed on the host and passed to the kernel: in the kernel, the division (an IEEE
+/// sequence with a slow-path call) sat in front of the first loads, and pushed them out of the
+/// first instructions the SMs fetch after a launch (H200, thirty-first session). Host and
+/// device divisions are both correctly rounded, so `k` is the same number either way.
+pub fn silu_constant(out_scale: f32, cfg: &RowConfig) -> f32 {
+    if cfg.folds_out_scale() {
+        -LOG2_E / out_scale
+    } else {
+        -LOG2_E
     }
-    k
 }
 
 /// The value written for `u = x * input_scale * gamma`: `act(u)` (the FP8 cast and its scale

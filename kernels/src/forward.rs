@@ -22,8 +22,8 @@ use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
-    add_squares, cached, load_gamma_registers, load_rows, squares_total, stage_words,
-    staged_to_f32, streamed_sum_sq,
+    add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,
+    stage_words, staged_to_f32, streamed_sum_sq,
 };
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 
@@ -103,6 +103,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     eps: f32,
     floor: f32,
     out_scale: f32,
+    silu_k: f32,
     #[comptime] cfg: RowConfig,
     #[define(E, G, O)] _types: [ElemType; 3],
 ) {
@@ -137,7 +138,6 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     let small = small_eps(eps, floor);
     // max |y| over everything this unit writes (FP8 with amax only).
     let mut amax = 0.0f32;
-    let silu_k = silu_constant(out_scale, cfg);
 
     if comptime![vpl > 0] {
         // The row fits in registers: x is read from memory once.
@@ -285,7 +285,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 let mut acc = Vector::<f32, N>::new(0.0f32);
                 #[unroll]
                 for i in 0..vpl {
-                    if active && lane + i * lanes < vecs_per_row {
+                    if active && in_row(lane + i * lanes, vecs_per_row, cfg) {
                         let f = cached::<E, N, W>(&xs, &xf, &xw, r * vpl + i, cfg);
                         add_squares::<N>(&mut acc, f, vpl);
                     }
@@ -315,7 +315,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     #[unroll]
                     for i in 0..vpl {
                         let j = lane + i * lanes;
-                        if active && j < vecs_per_row {
+                        if active && in_row(j, vecs_per_row, cfg) {
                             let f = cached::<E, N, W>(&xs, &xf, &xw, r * vpl + i, cfg) * p;
                             add_squares::<N>(&mut acc, f, vpl);
                         }
@@ -529,7 +529,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     walk_finish(tickets, &mut drawn, &walk, per_ticket);
     if comptime![cfg.output == Output::Fp8E4M3WithAmax] {
         let units = comptime![cfg.units_per_cube() as usize];
-        amax_partial[CUBE_POS * units + UNIT_POS as usize] = amax;
+        amax_partial[CUBE_POS_X as usize * units + UNIT_POS as usize] = amax;
     }
 }
 
@@ -624,13 +624,13 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         #[unroll]
         for i in 0..vpl {
             let j = lane + i * lanes;
-            g_raw[i] = gamma[select(j < vecs_per_row, j, vecs_per_row - 1)];
+            g_raw[i] = gamma[load_index(j, vecs_per_row, cfg)];
         }
     }
     #[unroll]
     for i in 0..vpl {
         let j = lane + i * lanes;
-        if active && j < vecs_per_row {
+        if active && in_row(j, vecs_per_row, cfg) {
             #[allow(unused_assignments)]
             let mut g = Vector::<f32, N>::new(0.0f32);
             match comptime![cfg.gamma] {
@@ -1110,6 +1110,7 @@ pub fn launch_forward_to(
             norm.eps,
             norm.floor,
             target.scale,
+            silu_constant(target.scale, &cfg),
             cfg,
             [x_type, gamma_type, target.elem],
         );

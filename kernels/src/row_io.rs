@@ -7,6 +7,27 @@ use cubecl::prelude::*;
 use crate::knobs::RowConfig;
 use crate::lanes::horizontal_sum;
 
+/// Vector `j` of a row as an index to load: `j` where the lanes cover the row exactly
+/// ([`RowConfig::fills_lanes`]), else clamped to the row's last vector (the readers skip it).
+#[cube]
+pub(crate) fn load_index(j: usize, vecs_per_row: usize, #[comptime] cfg: RowConfig) -> usize {
+    let mut k = j;
+    if comptime![!cfg.fills_lanes] {
+        k = select(j < vecs_per_row, j, vecs_per_row - 1);
+    }
+    k
+}
+
+/// Whether vector `j` lies in the row: always where the lanes cover the row exactly.
+#[cube]
+pub(crate) fn in_row(j: usize, vecs_per_row: usize, #[comptime] cfg: RowConfig) -> bool {
+    let mut inside = true;
+    if comptime![!cfg.fills_lanes] {
+        inside = j < vecs_per_row;
+    }
+    inside
+}
+
 /// Gamma's vectors of this lane into registers as f32 (`GammaIn::Registers`).
 #[cube]
 pub(crate) fn load_gamma_registers<G: Float, N: Size>(
@@ -24,7 +45,7 @@ pub(crate) fn load_gamma_registers<G: Float, N: Size>(
             // (A persistent prefetching cube loads gamma once; the unconditional form below
             // made ptxas spill in the FP8 C = 96 kernel, 5-8% slower.)
             g_regs[i] = Vector::<f32, N>::new(0.0f32);
-            if j < vecs_per_row {
+            if in_row(j, vecs_per_row, cfg) {
                 g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
             }
         } else {
@@ -32,8 +53,7 @@ pub(crate) fn load_gamma_registers<G: Float, N: Size>(
             // in flight together: under `if j < vecs_per_row` each waited for the one before,
             // ahead of the first row's loads (a cube of a full grid has one row group: C = 1024
             // with one row per plane and gamma in registers, 151 -> 109 us at T = 99840).
-            g_regs[i] =
-                Vector::<f32, N>::cast_from(gamma[select(j < vecs_per_row, j, vecs_per_row - 1)]);
+            g_regs[i] = Vector::<f32, N>::cast_from(gamma[load_index(j, vecs_per_row, cfg)]);
         }
     }
 }
@@ -83,8 +103,7 @@ pub(crate) fn load_rows<T: Scalar, W: Size>(
         let base = select(row < rows, row, rows - 1) * x_row_stride;
         #[unroll]
         for i in 0..vpl {
-            let j = lane + i * lanes;
-            let j = select(j < vecs_per_row, j, vecs_per_row - 1);
+            let j = load_index(lane + i * lanes, vecs_per_row, cfg);
             xs[r * vpl + i] = x_words[base + j];
         }
     }

@@ -34,7 +34,7 @@ pub(crate) fn draw_ticket(counters: &mut [Atomic<u32>]) -> u32 {
 pub(crate) fn finish_tickets(counters: &mut [Atomic<u32>]) {
     if UNIT_POS == 0 {
         let done = counters[1].fetch_add(1u32);
-        if done + 1 == CUBE_COUNT as u32 {
+        if done + 1 == CUBE_COUNT_X {
             counters[0].store(0u32);
             counters[1].store(0u32);
         }
@@ -62,7 +62,9 @@ pub(crate) fn walk_start(
     walk: &mut Array<u32>,
     #[comptime] per_ticket: u32,
 ) -> usize {
-    let mut group = CUBE_POS;
+    // The row kernels launch 1-D grids: the x position alone (CUBE_POS folds in y and z, a few
+    // instructions ahead of the first loads).
+    let mut group = CUBE_POS_X as usize;
     if comptime![per_ticket > 0] {
         let first = draw_ticket(tickets);
         let second = draw_ticket(tickets);
@@ -83,7 +85,7 @@ pub(crate) fn walk_start(
 /// The group after `group`, known before `group` is worked on (the prefetch loads it).
 #[cube]
 pub(crate) fn walk_next(walk: &Array<u32>, group: usize, #[comptime] per_ticket: u32) -> usize {
-    let mut next = group + CUBE_COUNT;
+    let mut next = group + CUBE_COUNT_X as usize;
     if comptime![per_ticket > 0] {
         if walk[0] + 1 < comptime![per_ticket] {
             next = group + 1;

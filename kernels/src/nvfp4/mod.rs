@@ -149,6 +149,7 @@ impl Fp4Config {
             scale_foldable: false,
             plane_width: self.plane_width,
             gamma_after_x: false,
+            fills_lanes: false,
         }
     }
 }
@@ -380,7 +381,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     let step_rows = comptime![rows_per_cube * rpu];
     #[allow(clippy::manual_div_ceil)]
     let groups = (rows + step_rows - 1) / step_rows;
-    let mut group = CUBE_POS;
+    // A 1-D grid: the x position alone (see `crate::tickets::walk_start`).
+    let mut group = CUBE_POS_X as usize;
     let mut sums = Array::<f32>::new(rpu);
     let mut rescued = Array::<f32>::new(rpu);
     let mut prescales = Array::<f32>::new(rpu);
@@ -435,7 +437,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         if comptime![cfg.prefetch] {
             #[unroll]
             for u in 0..rpu {
-                let next = (group + CUBE_COUNT) * step_rows + y + u * rows_per_cube;
+                let next = (group + CUBE_COUNT_X as usize) * step_rows + y + u * rows_per_cube;
                 load_lane_blocks::<E, N>(
                     x,
                     next * x_row_stride,
@@ -694,7 +696,7 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             // One group per cube: the loop ends here, as the compilers can see.
             group = groups;
         } else {
-            group += CUBE_COUNT;
+            group += CUBE_COUNT_X as usize;
         }
     }
 }
