@@ -14,7 +14,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 pub use crate::activation::has_ptx_math;
-use crate::activation::{input_scale, inv_rms, output_value, silu_constant};
+use crate::activation::{LOG2_E, input_scale, inv_rms, output_value, silu_constant};
 use crate::fp8_out::{e4m3_words, encode, nan_max, vector_amax};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 pub use crate::lanes::reduction_plane_width;
@@ -138,6 +138,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     let small = small_eps(eps, floor);
     // max |y| over everything this unit writes (FP8 with amax only).
     let mut amax = 0.0f32;
+    // Prefetching kernels compute `silu_k` themselves (the same correctly rounded quotient as
+    // the host's): their loads sit in a loop, away from the kernel's start, and taken as a
+    // parameter `silu_k` cost ptxas registers there (FP8 C = 96 with prefetch: 72 -> 80).
+    let mut silu_k = silu_k;
+    if comptime![cfg.prefetch && cfg.folds_out_scale()] {
+        silu_k = -LOG2_E / out_scale;
+    }
 
     if comptime![vpl > 0] {
         // The row fits in registers: x is read from memory once.

@@ -136,7 +136,10 @@ pub struct RowConfig {
     /// loads are a few instructions nearer the kernel's start and each row writes under one
     /// condition instead of one per vector. After an L2 flush an SM fetches the kernel's code
     /// from DRAM; the H200 timed a one-wave kernel 0.3 us faster when its code was already in
-    /// the L2 (`bench ab` with `RMSNORM_AB_CODE_WARM=1`, thirty-first session).
+    /// the L2 (`bench ab` with `RMSNORM_AB_CODE_WARM=1`, thirty-first session). Not set for
+    /// prefetching kernels, whose loads sit in their loop: there it changed ptxas' register
+    /// allocation (FP8 C = 96 with prefetch: 72 -> 96 registers, one cube per SM less, 1.15 ->
+    /// 1.41x at T = 399360).
     pub fills_lanes: bool,
 }
 
@@ -207,6 +210,7 @@ impl Knobs {
             plane_width: 1,
             gamma_after_x: false,
             fills_lanes: cached
+                && !self.prefetch
                 && self.lanes_per_row as usize * self.vectors_per_lane * self.vector_size
                     == channels,
         }
@@ -397,6 +401,9 @@ mod tests {
         assert!(!fills(88));
         assert!(!fills(8));
         assert!(!fills(104));
+        // Prefetching kernels keep their run-time tests (see `RowConfig::fills_lanes`).
+        let pf = Knobs::parse("v8.l4.r32.u1.c3.plane.greg.m792.fast.pf").unwrap();
+        assert!(!pf.row_config(96, Activation::Silu).fills_lanes);
     }
 
     #[test]
