@@ -1784,6 +1784,15 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
         .collect();
     let scales = client.empty(n / 16);
     let scratch = client.empty(n * 2);
+    // One row of its own for `RMSNORM_AB_CODE_WARM=1` (see `code_warm`).
+    let tiny = std::env::var("RMSNORM_AB_CODE_WARM")
+        .is_ok_and(|v| v == "1")
+        .then(|| {
+            (
+                Buffers::new(timer, 1, channels),
+                client.empty(channels.div_ceil(16) * 4),
+            )
+        });
     let try_launch = |k: &Fp4Knobs| b.launch_nvfp4(&client, &scales, k);
     // Knobs this device refuses are reported and left out (the other cases still run).
     let knobs: Vec<Fp4Knobs> = knobs
@@ -1809,6 +1818,24 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
         ));
     }
     let copy = median(&copies);
+    if tiny.is_some() {
+        // As `code_warm`: each knobs again with the same kernel on one row of its own between
+        // the flush and the timed launch.
+        let (tiny, tiny_scales) = tiny.as_ref().expect("made above");
+        for k in &knobs {
+            let cold = median(&timer.time(2, 100, || launch(k)));
+            let warm = median(&timer.time_after(
+                2,
+                100,
+                || {
+                    tiny.launch_nvfp4(&client, tiny_scales, k)
+                        .expect("tiny launch")
+                },
+                || launch(k),
+            ));
+            println!("codewarm C={c} T={t} nvfp4: {k} {cold:.2} -> {warm:.2} us");
+        }
+    }
     let mut first: Option<Vec<u8>> = None;
     for (k, slot) in knobs.iter().zip(&times) {
         launch(k);
