@@ -1818,10 +1818,9 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
         ));
     }
     let copy = median(&copies);
-    if tiny.is_some() {
+    if let Some((tiny, tiny_scales)) = &tiny {
         // As `code_warm`: each knobs again with the same kernel on one row of its own between
         // the flush and the timed launch.
-        let (tiny, tiny_scales) = tiny.as_ref().expect("made above");
         for k in &knobs {
             let cold = median(&timer.time(2, 100, || launch(k)));
             let warm = median(&timer.time_after(
