@@ -43,9 +43,8 @@ pub(crate) fn load_gamma_registers<G: Float, N: Size>(
         let j = lane + i * lanes;
         if comptime![cfg.prefetch] {
             // (A persistent prefetching cube loads gamma once; the unconditional form below
-            // made ptxas spill in the FP8 C = 96 kernel, 5-8% slower. The test stays a run-time
-            // one even where the lanes fill the row: without it the same kernel took 96
-            // registers instead of 72 and lost a cube per SM, 1.15 -> 1.41x at T = 399360.)
+            // made ptxas spill in the FP8 C = 96 kernel, 5-8% slower. Prefetching configs never
+            // have `fills_lanes`, so this test is always the run-time one.)
             g_regs[i] = Vector::<f32, N>::new(0.0f32);
             if j < vecs_per_row {
                 g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
