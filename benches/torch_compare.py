@@ -2,6 +2,7 @@
 
 Run on the GPU machine (its python has torch and triton):
     python3 benches/torch_compare.py --out DIR [--quick]      # [T, C] rows -> DIR/torch.csv
+    python3 benches/torch_compare.py --out DIR --c 1024 --t 99840,399360   # those rows only
     python3 benches/torch_compare.py --out DIR --channels     # Wan [B, C, T, H, W] -> DIR/torch_channels.csv
     python3 benches/torch_compare.py --out DIR --backward     # dx, dgamma of [T, C] -> DIR/torch_backward.csv
     python3 benches/torch_compare.py --out DIR --copies       # copy roofs of [T, C] bf16 -> DIR/torch_copies.csv
@@ -138,6 +139,8 @@ def main():
     ap.add_argument("--channels", action="store_true")
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--copies", action="store_true")
+    ap.add_argument("--c", help="comma-separated C of the rows table (default: all)")
+    ap.add_argument("--t", help="comma-separated T of the rows table (default: all)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.backward:
@@ -151,8 +154,13 @@ def main():
         return
     rows = []
     tokens = TOKENS[:2] if args.quick else TOKENS
+    channels_list = CHANNELS
+    if args.c:
+        channels_list = [int(v) for v in args.c.split(",")]
+    if args.t:
+        tokens = [int(v) for v in args.t.split(",")]
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
-    for c in CHANNELS:
+    for c in channels_list:
         for t in tokens:
             x = (torch.randn(t, c, device="cuda") * 5 + 5).to(torch.bfloat16)
             gamma = (torch.rand(c, device="cuda") * 1.5 + 0.5).to(torch.bfloat16)
