@@ -65,8 +65,8 @@ fn bench_channels(all: &[usize]) -> Vec<usize> {
     env_subset("RMSNORM_BENCH_C", all)
 }
 
-/// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `tune` and
-/// `backward`).
+/// `all`, or those of them named in `RMSNORM_BENCH_T=24960,99840` (used by `tune`, `fallback`
+/// and `backward`).
 fn bench_rows(all: &[usize]) -> Vec<usize> {
     env_subset("RMSNORM_BENCH_T", all)
 }
@@ -696,7 +696,7 @@ fn fallback(timer: &mut Timer, args: &Args) {
         "c,t,heuristic_knobs,heuristic_us,table_derived_knobs,table_derived_us,best_knobs,best_us,heuristic_ratio,table_derived_ratio\n",
     );
     for channels in bench_channels(&FALLBACK_CHANNELS) {
-        for &rows in &FALLBACK_TOKENS {
+        for rows in bench_rows(&FALLBACK_TOKENS) {
             let b = Buffers::new(timer, rows, channels);
             let h = heuristic_knobs(&client, b.problem, 2, 2, 256);
             let th = time_knobs(timer, &b, &h, 50);
@@ -1671,6 +1671,42 @@ fn quant(timer: &mut Timer, args: &Args) {
     write_file(args, "quant.csv", &csv);
 }
 
+/// Refuses an `RMSNORM_AB` spec with row-kernel knobs its shape cannot run, naming every bad
+/// one, before anything is timed (a launch would panic on the first, minutes into a device
+/// call, and the cases after it would not run).
+fn check_ab_knobs(timer: &Timer, spec: &str) {
+    let mut bad = Vec::new();
+    for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
+        let words: Vec<&str> = case.split_whitespace().collect();
+        let [c, t, out, knobs @ ..] = words.as_slice() else {
+            continue;
+        };
+        let (Ok(c), Ok(t)) = (c.parse::<usize>(), t.parse::<usize>()) else {
+            continue;
+        };
+        let out_size = match *out {
+            "bf16" => 2,
+            "fp8" => 1,
+            _ => continue,
+        };
+        let problem = RowsProblem::dense(t, c);
+        for k in knobs.iter().filter(|k| **k != "selected") {
+            let result = Knobs::parse(k).and_then(|knobs| {
+                validate_knobs(&timer.client, &knobs, problem, &[0; 3], &[2, 2, out_size])
+                    .map_err(|e| format!("{e:?}"))
+            });
+            if let Err(e) = result {
+                bad.push(format!("C={c} T={t} {out} {k}: {e}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "RMSNORM_AB: knobs this shape cannot run:\n{}",
+        bad.join("\n")
+    );
+}
+
 /// Same-run comparison of row-kernel knobs: `RMSNORM_AB="C T out knobs knobs ...; ..."` (out
 /// `bf16` or `fp8`, or `nvfp4` with NVFP4 knobs, see [`ab_nvfp4`]; a knobs word `selected`
 /// stands for the crate's own selection). Five
@@ -1679,6 +1715,7 @@ fn quant(timer: &mut Timer, args: &Args) {
 /// to the copy.
 fn ab(timer: &mut Timer) {
     let spec = std::env::var("RMSNORM_AB").expect("RMSNORM_AB=\"C T out knobs knobs ...; ...\"");
+    check_ab_knobs(timer, &spec);
     for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
         let words: Vec<&str> = case.split_whitespace().collect();
         let [c, t, out, knobs @ ..] = words.as_slice() else {
