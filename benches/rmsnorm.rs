@@ -1671,31 +1671,61 @@ fn quant(timer: &mut Timer, args: &Args) {
     write_file(args, "quant.csv", &csv);
 }
 
-/// Refuses an `RMSNORM_AB` spec with row-kernel knobs its shape cannot run, naming every bad
+/// One case of `RMSNORM_AB`: `C T out knobs...`.
+struct AbCase<'a> {
+    channels: usize,
+    rows: usize,
+    /// `bf16`, `fp8` or `nvfp4`.
+    out: &'a str,
+    knobs: Vec<&'a str>,
+}
+
+/// The `;`-separated cases of an `RMSNORM_AB` spec; panics naming a malformed one.
+fn ab_cases(spec: &str) -> Vec<AbCase<'_>> {
+    spec.split(';')
+        .filter(|c| !c.trim().is_empty())
+        .map(|case| {
+            let words: Vec<&str> = case.split_whitespace().collect();
+            let [c, t, out, knobs @ ..] = words.as_slice() else {
+                panic!("RMSNORM_AB case `{case}`: expected C T out knobs...");
+            };
+            let number = |s: &str| -> usize {
+                s.parse()
+                    .unwrap_or_else(|_| panic!("RMSNORM_AB case `{case}`: `{s}` is not a number"))
+            };
+            assert!(
+                matches!(*out, "bf16" | "fp8" | "nvfp4"),
+                "RMSNORM_AB case `{case}`: out must be bf16, fp8 or nvfp4, got `{out}`"
+            );
+            AbCase {
+                channels: number(c),
+                rows: number(t),
+                out,
+                knobs: knobs.to_vec(),
+            }
+        })
+        .collect()
+}
+
+/// Refuses `RMSNORM_AB` cases with row-kernel knobs their shape cannot run, naming every bad
 /// one, before anything is timed (a launch would panic on the first, minutes into a device
 /// call, and the cases after it would not run).
-fn check_ab_knobs(timer: &Timer, spec: &str) {
+fn check_ab_knobs(timer: &Timer, cases: &[AbCase]) {
     let mut bad = Vec::new();
-    for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
-        let words: Vec<&str> = case.split_whitespace().collect();
-        let [c, t, out, knobs @ ..] = words.as_slice() else {
-            continue;
-        };
-        let (Ok(c), Ok(t)) = (c.parse::<usize>(), t.parse::<usize>()) else {
-            continue;
-        };
-        let out_size = match *out {
+    for case in cases {
+        let out_size = match case.out {
             "bf16" => 2,
             "fp8" => 1,
             _ => continue,
         };
-        let problem = RowsProblem::dense(t, c);
-        for k in knobs.iter().filter(|k| **k != "selected") {
+        let problem = RowsProblem::dense(case.rows, case.channels);
+        for k in case.knobs.iter().filter(|k| **k != "selected") {
             let result = Knobs::parse(k).and_then(|knobs| {
                 validate_knobs(&timer.client, &knobs, problem, &[0; 3], &[2, 2, out_size])
                     .map_err(|e| format!("{e:?}"))
             });
             if let Err(e) = result {
+                let (c, t, out) = (case.channels, case.rows, case.out);
                 bad.push(format!("C={c} T={t} {out} {k}: {e}"));
             }
         }
@@ -1715,32 +1745,24 @@ fn check_ab_knobs(timer: &Timer, spec: &str) {
 /// to the copy.
 fn ab(timer: &mut Timer) {
     let spec = std::env::var("RMSNORM_AB").expect("RMSNORM_AB=\"C T out knobs knobs ...; ...\"");
-    check_ab_knobs(timer, &spec);
-    for case in spec.split(';').filter(|c| !c.trim().is_empty()) {
-        let words: Vec<&str> = case.split_whitespace().collect();
-        let [c, t, out, knobs @ ..] = words.as_slice() else {
-            panic!("RMSNORM_AB case `{case}`: expected C T out knobs...");
-        };
-        let number = |s: &str| -> usize {
-            s.parse()
-                .unwrap_or_else(|_| panic!("RMSNORM_AB case `{case}`: `{s}` is not a number"))
-        };
-        let mut b = Buffers::new(timer, number(t), number(c));
-        b.fp8 = match *out {
+    let cases = ab_cases(&spec);
+    check_ab_knobs(timer, &cases);
+    for case in &cases {
+        let (c, t, out) = (case.channels, case.rows, case.out);
+        let mut b = Buffers::new(timer, t, c);
+        b.fp8 = match out {
             "bf16" => false,
             "fp8" => true,
-            "nvfp4" => {
-                ab_nvfp4(timer, &b, knobs, c, t);
+            _ => {
+                ab_nvfp4(timer, &b, &case.knobs);
                 continue;
-            }
-            other => {
-                panic!("RMSNORM_AB case `{case}`: out must be bf16, fp8 or nvfp4, got `{other}`")
             }
         };
         // `selected`: what the crate picks for this shape and output (the table entry with its
         // grid, `m` = occupancy x SMs), so that a comparison with the table needs no knobs
         // copied by hand from the table files.
-        let knobs: Vec<Knobs> = knobs
+        let knobs: Vec<Knobs> = case
+            .knobs
             .iter()
             .map(|k| match *k {
                 "selected" => {
@@ -1774,10 +1796,10 @@ fn ab(timer: &mut Timer) {
         let copy = median(&copies);
         let rw_copy = median(&read_heavy);
         if std::env::var("RMSNORM_AB_ALTERNATE").is_ok_and(|v| v == "1") {
-            alternate(timer, &b, &knobs, c, t, out);
+            alternate(timer, &b, &knobs, out);
         }
         if std::env::var("RMSNORM_AB_CODE_WARM").is_ok_and(|v| v == "1") {
-            code_warm(timer, &b, &knobs, c, t, out);
+            code_warm(timer, &b, &knobs, out);
         }
         let outputs = written_outputs(timer, &b, &knobs);
         let reference = host_reference(timer, &b);
@@ -1807,10 +1829,11 @@ fn ab(timer: &mut Timer) {
 /// strings (`selected`: the crate's own choice), five rounds of 50 runs each and of the
 /// half-and-half copy of the 2 + 1/2 + 1/16 bytes per element; the codes and scales each
 /// knobs write are compared with the first knobs' bytes.
-fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
+fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str]) {
     use burn_rmsnorm_silu::kernels::nvfp4::{Fp4Knobs, select_fp4_knobs};
     let client = timer.client.clone();
     let RowsProblem { rows, channels, .. } = b.problem;
+    let (c, t) = (channels, rows);
     let n = rows * channels;
     let knobs: Vec<Fp4Knobs> = knobs
         .iter()
@@ -1896,7 +1919,8 @@ fn ab_nvfp4(timer: &mut Timer, b: &Buffers, knobs: &[&str], c: &str, t: &str) {
 /// the medians next to `ab`'s batched ones. A check on the batched harnesses (`bench` times in
 /// rounds of 12 runs, `ab` in rounds of 50): on the H200 their ratios agreed with these within
 /// ~3% at T = 24960, while the absolute times of kernel and copy moved together by up to 10%.
-fn alternate(timer: &Timer, b: &Buffers, knobs: &[Knobs], c: &str, t: &str, out: &str) {
+fn alternate(timer: &Timer, b: &Buffers, knobs: &[Knobs], out: &str) {
+    let (c, t) = (b.problem.channels, b.problem.rows);
     let bytes = copy_bytes(b);
     let mut times = vec![Vec::new(); knobs.len()];
     let mut copies = Vec::new();
@@ -1925,7 +1949,8 @@ fn alternate(timer: &Timer, b: &Buffers, knobs: &[Knobs], c: &str, t: &str, out:
 /// and the timed call. The flush evicts the kernels' code with their data; the second timing
 /// finds the code in the L2 (and in one SM) with the data still cold, so the difference is what
 /// fetching a kernel's instructions from DRAM costs it.
-fn code_warm(timer: &mut Timer, b: &Buffers, knobs: &[Knobs], c: &str, t: &str, out: &str) {
+fn code_warm(timer: &mut Timer, b: &Buffers, knobs: &[Knobs], out: &str) {
+    let (c, t) = (b.problem.channels, b.problem.rows);
     let mut tiny = Buffers::new(timer, 1, b.problem.channels);
     tiny.fp8 = b.fp8;
     let bytes = copy_bytes(b);
