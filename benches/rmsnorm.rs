@@ -231,9 +231,20 @@ impl Buffers {
     }
 
     fn valid(&self, client: &Client, knobs: &Knobs) -> bool {
-        let out = if self.fp8 { 1 } else { 2 };
-        validate_knobs(client, knobs, self.problem, &[0; 3], &[2, 2, out]).is_ok()
+        check_row_knobs(client, knobs, self.problem, self.fp8).is_ok()
     }
+}
+
+/// Whether the row kernel can run `knobs` on `problem` with the benchmarks' buffers (bf16 x and
+/// gamma, bf16 or FP8 out, aligned allocations), and why not.
+fn check_row_knobs(
+    client: &Client,
+    knobs: &Knobs,
+    problem: RowsProblem,
+    fp8: bool,
+) -> Result<(), String> {
+    let out = if fp8 { 1 } else { 2 };
+    validate_knobs(client, knobs, problem, &[0; 3], &[2, 2, out]).map_err(|e| format!("{e:?}"))
 }
 
 /// Rounds of [`interleaved_medians`]: a slow drift of the device (clocks, temperature) between
@@ -1713,17 +1724,15 @@ fn ab_cases(spec: &str) -> Vec<AbCase<'_>> {
 fn check_ab_knobs(timer: &Timer, cases: &[AbCase]) {
     let mut bad = Vec::new();
     for case in cases {
-        let out_size = match case.out {
-            "bf16" => 2,
-            "fp8" => 1,
+        let fp8 = match case.out {
+            "bf16" => false,
+            "fp8" => true,
             _ => continue,
         };
         let problem = RowsProblem::dense(case.rows, case.channels);
         for k in case.knobs.iter().filter(|k| **k != "selected") {
-            let result = Knobs::parse(k).and_then(|knobs| {
-                validate_knobs(&timer.client, &knobs, problem, &[0; 3], &[2, 2, out_size])
-                    .map_err(|e| format!("{e:?}"))
-            });
+            let result = Knobs::parse(k)
+                .and_then(|knobs| check_row_knobs(&timer.client, &knobs, problem, fp8));
             if let Err(e) = result {
                 let (c, t, out) = (case.channels, case.rows, case.out);
                 bad.push(format!("C={c} T={t} {out} {k}: {e}"));
