@@ -188,6 +188,7 @@ fn nvfp4(args: &[String]) {
         plane_width: 32,
         gamma_after_x: knobs.loads_gamma_after_x(channels, knobs.max_cubes.is_none()),
         raw_cache: knobs.raw_cache && cached,
+        moderate_global_scale: true,
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

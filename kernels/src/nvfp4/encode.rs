@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use super::{BLOCK, BlockAt, CodeWords, Fp4Config, Fp4Recipe, ScaleLayout};
-use crate::activation::{LOG2_E, input_scale, output_value};
+use crate::activation::{LOG2_E, input_scale, output_value, ptx_rcp_approx};
 
 /// The E2M1 code (low nibble) of `v`: round to nearest, ties to even, saturate at ±6; the sign
 /// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. Computed on the float's bits (about half the
@@ -29,62 +29,147 @@ pub fn e2m1_code(v: f32) -> u32 {
     select(v.is_nan(), 7u32, sign | code)
 }
 
-/// What [`e2m1_biased_code`] adds to the code: `298 = 2 (127 + 22)`, the magic number's
-/// exponent field counted in half-binades.
-pub const E2M1_CODE_BIAS: u32 = 298;
-
-/// [`E2M1_CODE_BIAS`] in each of the 8 nibbles of a code word (wrapping).
-const PACKED_CODE_BIAS: u32 = E2M1_CODE_BIAS.wrapping_mul(0x1111_1111);
-
 /// Magnitudes below this round to at most 6 (the midpoint between 6 and the next binade's
-/// first step, 8): where [`e2m1_biased_code`] needs no saturation.
+/// first step, 8): where the packed encoder ([`e2m1_magnitude_bits`]) needs no saturation.
 pub const E2M1_UNSATURATED_BELOW: f32 = 7.0;
 
-/// [`e2m1_code`] of a `v` with `|v| <` [`E2M1_UNSATURATED_BELOW`] (so not NaN, nothing to
-/// saturate), plus [`E2M1_CODE_BIAS`] (the packing subtracts it once per word): 6 instructions
-/// on sm_90 (and one to pack it) where [`e2m1_code`] takes 14.
+/// The E2M1 magnitude code of `v = w / 2` for `|w| < 2 *` [`E2M1_UNSATURATED_BELOW`] (so not
+/// NaN, nothing to saturate), in the low nibble of the returned bits (the bits above it are
+/// not part of the code): 4 instructions on sm_90 (mask, max, shift-add, fused multiply-add).
 ///
-/// `|v|` is rounded onto the E2M1 grid by one fp32 addition of a magic number
-/// `M = 2^(22 + e)`, `e = max(exponent(v), 0)`, whose ulp `2^(e - 1)` is the grid's spacing at
-/// `|v|` (0.5 below 2, 1 below 4, 2 from 4): the sum's single rounding is the grid's
-/// round-to-nearest-even. The sum's mantissa is then the count `k` of grid steps and its
-/// exponent field `149 + e`, so `(sum & 7) + (sum >> 22) = k + 2e + 298`, and `k + 2e`
-/// is the code (0-3 for 0..1.5 in steps of 0.5, then two codes per binade). `M` is `2^e`
-/// (the exponent field of `v`, at least 1's) times `2^22`, one fused multiply-add with `|v|`
-/// (`M` is a power of two: the product is exact, so an unfused multiply and add round the
-/// same). The sign goes to bit 3 before the addition (`k + 2e < 8`: no carry reaches it).
+/// `|w|` is rounded onto the doubled E2M1 grid (spacing 1 below 4, 2 below 8, 4 from 8) by one
+/// fp32 addition of a magic number `M` whose ulp `2^(E - 1)` is the grid's spacing at `|w|`,
+/// `E = max(exponent(w), 1)`: `M = 2^(22 + E) (1 + m 2^-23)` with `m = 2 (127 + E)` (the
+/// exponent field of `2^E` shifted down once: `e + (e >> 22)` on its bits). `M` is a multiple
+/// of its ulp, so the sum's single rounding is the grid's round-to-nearest-even (the sum's last
+/// mantissa bit is the count's, `m` being even), and its mantissa is `m + k`, `k` the count of
+/// grid steps. Since `m = 256 + 2 (E - 1)`, the low nibble is `k + 2 (E - 1)`: the code (0-3
+/// for 0..1.5 in steps of 0.5, then two codes per binade). `M` is the power of two `2^E`
+/// (with `m` in its mantissa) times `2^22`, so the product is exact and one fused multiply-add
+/// rounds as the plain addition.
+///
+/// The doubling keeps `E >= 1` for every `|w|` below 2 (one binade up from the grid's 1), where
+/// the shifted exponent field `2 (127 + E)` is a multiple of 16 plus `2 (E - 1)`; the caller
+/// folds it into the block's encode scale (a power of two: the products are exactly twice the
+/// undoubled ones).
 #[cube]
-pub fn e2m1_biased_code(v: f32, #[comptime] ptx: bool) -> u32 {
-    let bits = u32::reinterpret(v);
-    let e_bits = u32::max(bits & 0x7f80_0000u32, 0x3f80_0000u32);
-    let sum = u32::reinterpret(f32::abs(v) + f32::reinterpret(e_bits) * 4_194_304.0f32);
-    // `k < 8` and the mantissa's bits above it are 0, so `sum & 7` is `k`; `bits >> 28` is
-    // below 16, so its bits from 3 up are the sign.
-    let sign = bits >> 28u32;
+pub fn e2m1_magnitude_bits(w: f32, #[comptime] ptx: bool) -> u32 {
+    let e = u32::max(u32::reinterpret(w) & 0x7f80_0000u32, 0x4000_0000u32);
     #[allow(unused_assignments)]
-    let mut low = 0u32;
+    let mut m = 0u32;
     if comptime![ptx] {
-        // One three-input logic instruction (the compiler, left alone, masks the sign with 8
-        // and spends a second one).
-        low = ptx_merge_low_3(sum, sign);
+        // One `IMAD.HI` (left alone, the compiler sees that the two terms share no bits and
+        // spends a shift and an OR).
+        m = ptx_add_shifted_22(e);
     } else {
-        low = (sum & 7u32) | (sign & !7u32);
+        m = e + (e >> 22u32);
     }
-    low + (sum >> 22u32)
+    u32::reinterpret(f32::abs(w) + f32::reinterpret(m) * 4_194_304.0f32)
 }
 
-/// `(a & 7) | (b & !7)` as one PTX `lop3` (CUDA only).
+/// `e + (e >> 22)` as one PTX `mad.hi.u32` (`e * 2^10`'s high word is `e >> 22`; CUDA only).
 #[cube]
-fn ptx_merge_low_3(a: u32, b: u32) -> u32 {
+fn ptx_add_shifted_22(e: u32) -> u32 {
     let out: u32;
     gpu_asm!(
-        "lop3.b32 {o}, {a}, {b}, 7, 0xE4;",
+        "mad.hi.u32 {o}, {e}, 1024, {e};",
         o = out(_) out,
-        a = in(_) a,
-        b = in(_) b,
+        e = in(_) e,
         options(pure, nomem)
     );
     out
+}
+
+/// `(acc >> 4) | (bits << 28)`: `bits`' low nibble shifted in from the top (CUDA: one PTX
+/// funnel shift, which the compiler otherwise splits).
+#[cube]
+fn shift_in_from_top(acc: u32, bits: u32, #[comptime] ptx: bool) -> u32 {
+    #[allow(unused_assignments)]
+    let mut out = 0u32;
+    if comptime![ptx] {
+        // (Through an operation: cubecl hands a mutable variable to inline PTX as its address.)
+        #[allow(clippy::identity_op)]
+        let current = acc | 0u32;
+        out = ptx_funnel_right_4(current, bits);
+    } else {
+        out = (acc >> 4u32) | (bits << 28u32);
+    }
+    out
+}
+
+/// `(acc << 4) | (bits >> 28)`: `bits`' top nibble shifted in from the bottom (CUDA: one PTX
+/// funnel shift).
+#[cube]
+fn shift_in_from_bottom(acc: u32, bits: u32, #[comptime] ptx: bool) -> u32 {
+    #[allow(unused_assignments)]
+    let mut out = 0u32;
+    if comptime![ptx] {
+        #[allow(clippy::identity_op)]
+        let current = acc | 0u32;
+        out = ptx_funnel_left_4(bits, current);
+    } else {
+        out = (acc << 4u32) | (bits >> 28u32);
+    }
+    out
+}
+
+/// The low word of `{hi:lo} >> 4` (PTX `shf.r.wrap.b32`; CUDA only).
+#[cube]
+fn ptx_funnel_right_4(lo: u32, hi: u32) -> u32 {
+    let out: u32;
+    gpu_asm!(
+        "shf.r.wrap.b32 {o}, {lo}, {hi}, 4;",
+        o = out(_) out,
+        lo = in(_) lo,
+        hi = in(_) hi,
+        options(pure, nomem)
+    );
+    out
+}
+
+/// The high word of `{hi:lo} << 4` (PTX `shf.l.wrap.b32`; CUDA only).
+#[cube]
+fn ptx_funnel_left_4(lo: u32, hi: u32) -> u32 {
+    let out: u32;
+    gpu_asm!(
+        "shf.l.wrap.b32 {o}, {lo}, {hi}, 4;",
+        o = out(_) out,
+        lo = in(_) lo,
+        hi = in(_) hi,
+        options(pure, nomem)
+    );
+    out
+}
+
+/// [`e2m1_code`] of `v` with `|v| <` [`E2M1_UNSATURATED_BELOW`] by the packed encoder's steps
+/// ([`e2m1_magnitude_bits`] of `2 v`, the sign from `v`'s bits), one value at a time (for the
+/// codec probe; the kernel assembles whole words, see [`pack_codes`]).
+#[cube]
+pub fn e2m1_unsaturated_code(v: f32) -> u32 {
+    let magnitude = e2m1_magnitude_bits(v * 2.0f32, false) & 7u32;
+    magnitude | ((u32::reinterpret(v) >> 28u32) & 8u32)
+}
+
+/// Eight codes in one word (value `j` in nibble `j`) from the doubled values
+/// `w[first..first + 8]` (each below 14 in magnitude): the magnitude nibbles shifted in from
+/// the top in order (`(word >> 4) | (bits << 28)`), the sign nibbles (`bits >> 28`, the sign
+/// in bit 3) shifted in from the bottom in reverse order, each one funnel shift per value on
+/// CUDA; the signs merged once per word.
+#[cube]
+fn pack_codes(w: &Array<f32>, #[comptime] first: usize, #[comptime] ptx: bool) -> u32 {
+    let mut magnitudes = 0u32;
+    let mut signs = 0u32;
+    #[unroll]
+    for j in 0..8 {
+        let bits = e2m1_magnitude_bits(w[first + j], ptx);
+        magnitudes = shift_in_from_top(magnitudes, bits, ptx);
+    }
+    #[unroll]
+    for j in 0..8 {
+        let bits = u32::reinterpret(w[first + 7 - j]);
+        signs = shift_in_from_bottom(signs, bits, ptx);
+    }
+    magnitudes | (signs & 0x8888_8888u32)
 }
 
 /// `p / 6`, correctly rounded for every `p` above `2^-125` (every f32 checked on the host;
@@ -107,6 +192,21 @@ fn div_by_6(p: f32, #[comptime] fused: bool) -> f32 {
     }
 }
 
+/// `a / s` by the fast path of CUDA's IEEE division (the instructions NVRTC emits for `a / s`
+/// after its range check): the reciprocal, refined once, the quotient and one correction by
+/// its remainder. Correctly rounded where that check passes, which
+/// [`super::Fp4Config::moderate_global_scale`] ensures for the TE recipe's quotients; `s = 0`
+/// gives NaN (the caller selects 0 there). CUDA only.
+#[cube]
+fn divide_fast_path(a: f32, s: f32) -> f32 {
+    let r0 = ptx_rcp_approx(s);
+    let e = fma(-s, r0, 1.0f32);
+    let r = fma(r0, e, r0);
+    let q0 = a * r;
+    let rem = fma(-s, q0, a);
+    fma(r, rem, q0)
+}
+
 /// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
 /// two code words and its scale byte.
 #[allow(clippy::too_many_arguments)]
@@ -121,6 +221,7 @@ fn store_block<S: Float, N: Size>(
     #[comptime] recipe: Fp4Recipe,
     #[comptime] vector_size: usize,
     #[comptime] ptx: bool,
+    #[comptime] moderate_global_scale: bool,
 ) {
     let per_block = comptime![BLOCK / vector_size];
     // max |y|, NaN-propagating (a NaN makes the block's scale NaN): one PTX `max.NaN` with an
@@ -158,8 +259,15 @@ fn store_block<S: Float, N: Size>(
     match comptime![recipe] {
         Fp4Recipe::TransformerEngine => {
             stored = div_by_6(amax * s_enc, ptx);
-            let s = f32::cast_from(S::cast_from(clamp_e4m3(stored)));
-            encode = select(s == 0.0f32, 0.0f32, s_enc / s);
+            let s = f32::cast_from(S::cast_from(clamp_for_cast(stored, ptx)));
+            #[allow(unused_assignments)]
+            let mut q = 0.0f32;
+            if comptime![moderate_global_scale] {
+                q = divide_fast_path(s_enc, s);
+            } else {
+                q = s_enc / s;
+            }
+            encode = select(s == 0.0f32, 0.0f32, q);
         }
         Fp4Recipe::Cudnn => {
             let sf = div_by_6(amax, ptx);
@@ -168,31 +276,28 @@ fn store_block<S: Float, N: Size>(
             encode = 1.0f32 / stored;
         }
     }
-    scales[scale_index] = S::cast_from(clamp_e4m3(stored));
+    scales[scale_index] = S::cast_from(clamp_for_cast(stored, ptx));
     let mut lo = 0u32;
     let mut hi = 0u32;
     // Every `|y * encode|` is at most `amax * encode` (rounding is monotonic): below 7 the
-    // shorter encoder, which neither saturates nor sees NaN, is exact. Elsewhere (NaN or
+    // packed encoder, which neither saturates nor sees NaN, is exact. Elsewhere (NaN or
     // infinite blocks, the TE recipe's scales clamped at 448 or rounded to an E4M3 subnormal,
-    // an overflowing `s_enc / s`) the exact one.
-    if amax * encode < E2M1_UNSATURATED_BELOW {
-        // Biased codes added into place (wrapping), the 8 biases taken off once per word.
+    // an overflowing `s_enc / s`) the exact one. The packed encoder takes the values doubled
+    // (see [`e2m1_magnitude_bits`]): `encode` is doubled once per block, and each product is
+    // exactly twice the undoubled one (no overflow below 14, and values that small in
+    // magnitude that the doubling is inexact encode to zero either way).
+    let encode2 = encode * 2.0f32;
+    if amax * encode2 < 2.0f32 * E2M1_UNSATURATED_BELOW {
+        let mut w = Array::<f32>::new(BLOCK);
         #[unroll]
         for h in 0..per_block {
             #[unroll]
             for k in 0..vector_size {
-                // Element e of the block: constant after unrolling, so the branch folds away.
-                let e = u32::cast_from(h * vector_size + k);
-                let code = e2m1_biased_code(ys[h].extract(k) * encode, ptx);
-                if e < 8u32 {
-                    lo += code << (4u32 * e);
-                } else {
-                    hi += code << (4u32 * (e - 8u32));
-                }
+                w[h * vector_size + k] = ys[h].extract(k) * encode2;
             }
         }
-        lo -= PACKED_CODE_BIAS;
-        hi -= PACKED_CODE_BIAS;
+        lo = pack_codes(&w, 0usize, ptx);
+        hi = pack_codes(&w, 8usize, ptx);
     } else {
         #[unroll]
         for h in 0..per_block {
@@ -226,6 +331,18 @@ fn ptx_abs_max_nan(m: f32, v: f32) -> f32 {
         options(pure, nomem)
     );
     out
+}
+
+/// `v` ready for the E4M3 cast: as it is on CUDA (`ptx`), whose cast saturates (±448 for
+/// out-of-range values and infinities, NaN stays NaN; see `RowConfig::saturating_cast`), else
+/// [`clamp_e4m3`]: two instructions per block fewer on CUDA.
+#[cube]
+fn clamp_for_cast(v: f32, #[comptime] ptx: bool) -> f32 {
+    let mut c = v;
+    if comptime![!ptx] {
+        c = clamp_e4m3(v);
+    }
+    c
 }
 
 /// Clamps to ±448 before the E4M3 cast (which rounds to nearest even); NaN passes.
@@ -313,5 +430,47 @@ pub(super) fn write_block<S: Float, N: Size>(
         cfg.recipe,
         cfg.vector_size,
         cfg.fast_math,
+        cfg.moderate_global_scale,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::formats::e2m1_encode;
+
+    /// [`super::e2m1_magnitude_bits`]'s arithmetic in plain Rust (`mul_add` is the fused
+    /// multiply-add the kernel's `M * 2^22 + |w|` compiles to; the product is exact, so an
+    /// unfused one rounds the same).
+    fn magnitude_bits(w: f32) -> u32 {
+        let e = (w.to_bits() & 0x7f80_0000).max(0x4000_0000);
+        let m = e + (e >> 22);
+        f32::from_bits(m).mul_add(4_194_304.0, w.abs()).to_bits()
+    }
+
+    fn packed_code(v: f32) -> u8 {
+        let w = v * 2.0;
+        ((magnitude_bits(w) & 7) | ((v.to_bits() >> 28) & 8)) as u8
+    }
+
+    /// The packed encoder's rounding against the host codec for every float from 1/8 up to
+    /// the unsaturated bound 7 (where every E2M1 midpoint lies), every 61st below it (all
+    /// round to 0 or are exact), both signs, and ±0.
+    #[test]
+    fn magnitude_rounding_matches_the_host_codec_below_7() {
+        let top = super::E2M1_UNSATURATED_BELOW.to_bits();
+        let eighth = 0.125f32.to_bits();
+        let check = |bits: u32| {
+            for v in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(
+                    packed_code(v),
+                    e2m1_encode(v),
+                    "{v:e} ({:#010x})",
+                    v.to_bits()
+                );
+            }
+        };
+        (eighth..top).for_each(check);
+        (0..eighth).step_by(61).for_each(check);
+        check(0);
+    }
 }

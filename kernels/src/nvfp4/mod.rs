@@ -38,7 +38,7 @@ use crate::row_io::words_to_f32;
 mod encode;
 mod selection;
 
-pub use encode::{E2M1_CODE_BIAS, E2M1_UNSATURATED_BELOW, e2m1_biased_code, e2m1_code};
+pub use encode::{E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code};
 use encode::{clamp_e4m3, write_block};
 pub use selection::{Fp4Knobs, heuristic_fp4_knobs, packed_lanes, select_fp4_knobs, sm90_table};
 
@@ -112,7 +112,17 @@ pub struct Fp4Config {
     /// [`Fp4Knobs::raw_cache`]: the register cache holds x as loaded and each use widens it
     /// (only with `blocks_per_lane > 0`).
     pub raw_cache: bool,
+    /// Set at launch for the TE recipe on CUDA when the global scale is within
+    /// [`MODERATE_GLOBAL_SCALE`] of 1: every `s_enc / s_b` (`s_b` an E4M3 value, 2^-9 to 448) is
+    /// then far from overflow and underflow, where CUDA's IEEE division takes its fast path
+    /// (reciprocal, one refinement, quotient, one correction), and the kernel writes that path
+    /// without the range check and slow-path call around it (six instructions per block fewer).
+    pub moderate_global_scale: bool,
 }
+
+/// How far from 1 (as a power of two) the TE recipe's global scale may be for
+/// [`Fp4Config::moderate_global_scale`]: quotients by E4M3 scales stay within 2^±73.
+pub const MODERATE_GLOBAL_SCALE: f32 = 18_446_744_073_709_551_616.0; // 2^64
 
 impl Fp4Config {
     /// Whether rows are packed side by side into planes: a plane reduction over a lane count
@@ -893,6 +903,11 @@ pub fn launch_forward_nvfp4(
         plane_width: reduction_plane_width(client),
         gamma_after_x: knobs.loads_gamma_after_x(channels, one_group_per_cube),
         raw_cache: knobs.raw_cache,
+        moderate_global_scale: knobs.fast_math
+            && activation == Activation::Silu
+            && target.recipe == Fp4Recipe::TransformerEngine
+            && target.s_enc <= MODERATE_GLOBAL_SCALE
+            && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {
@@ -948,7 +963,7 @@ pub fn launch_forward_nvfp4(
 
 /// The kernel's E2M1 encoder and the E4M3 scale cast applied to `values` (for tests of the
 /// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`]`(values[i])`,
-/// `codes[len + i]` = [`e2m1_biased_code`] (PTX `lop3` on CUDA) less its bias,
+/// `codes[len + i]` = [`e2m1_unsaturated_code`] (the packed encoder's steps),
 /// `scales[i]` = the E4M3 byte of `values[i]` clamped to ±448.
 #[cube(launch_unchecked)]
 pub fn rms_norm_nvfp4_codec_probe<S: Float>(
@@ -956,13 +971,12 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     codes: &mut [u32],
     scales: &mut [S],
     len: usize,
-    #[comptime] ptx: bool,
     #[define(S)] _scale: ElemType,
 ) {
     let i = ABSOLUTE_POS;
     if i < len {
         codes[i] = e2m1_code(values[i]);
-        codes[len + i] = e2m1_biased_code(values[i], ptx) - E2M1_CODE_BIAS;
+        codes[len + i] = e2m1_unsaturated_code(values[i]);
         scales[i] = S::cast_from(clamp_e4m3(values[i]));
     }
 }
@@ -989,7 +1003,6 @@ pub fn launch_codec_probe(
             BufferArg::from_raw_parts(codes, 2 * len),
             BufferArg::from_raw_parts(scales, len),
             len,
-            has_ptx_math(client),
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
         );
     }
