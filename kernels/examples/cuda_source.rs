@@ -111,6 +111,7 @@ fn main() {
     cfg.saturating_cast = fp8;
     cfg.packed_fp8 = fp8;
     cfg.bf16_input = true;
+    cfg.bf16_gamma = knobs.vector_size.is_multiple_of(2);
     cfg.scale_foldable = fp8;
     cfg.plane_width = 32;
     // As the launch sets it for a full grid (`m-`: one row group per cube).
@@ -138,7 +139,7 @@ fn main() {
         (),
         (),
         knobs.vector_size,
-        if cfg.prefetch || cfg.word_cache {
+        if cfg.prefetch || cfg.word_cache || cfg.bf16_gamma {
             knobs.vector_size / 2
         } else {
             1

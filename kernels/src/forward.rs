@@ -22,8 +22,8 @@ use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
-    add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,
-    stage_words, staged_to_f32, streamed_sum_sq,
+    add_squares, cached, gamma_f32, in_row, load_gamma_registers, load_index, load_rows,
+    squares_total, stage_words, staged_to_f32, streamed_sum_sq,
 };
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 
@@ -163,14 +163,14 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
         match comptime![cfg.gamma] {
             GammaIn::Registers => {
                 if comptime![!cfg.gamma_after_x] {
-                    load_gamma_registers::<G, N>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
+                    load_gamma_registers::<G, N, W>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
                 }
             }
             GammaIn::Shared => {
                 let units = comptime![cfg.units_per_cube() as usize];
                 let mut j = UNIT_POS as usize;
                 while j < vecs_per_row {
-                    g_shared[j] = Vector::<f32, N>::cast_from(gamma[j]);
+                    g_shared[j] = gamma_f32::<G, N, W>(gamma[j], cfg);
                     j += units;
                 }
                 sync_cube();
@@ -283,7 +283,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     );
                 }
                 if comptime![cfg.gamma_after_x] {
-                    load_gamma_registers::<G, N>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
+                    load_gamma_registers::<G, N, W>(gamma, &mut g_regs, lane, vecs_per_row, cfg);
                 }
             }
             #[unroll]
@@ -643,7 +643,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             match comptime![cfg.gamma] {
                 GammaIn::Registers => g = g_regs[i],
                 GammaIn::Shared => g = g_shared[j],
-                GammaIn::Global => g = Vector::<f32, N>::cast_from(g_raw[i]),
+                GammaIn::Global => g = gamma_f32::<G, N, W>(g_raw[i], cfg),
             }
             let mut v = cached::<E, N, W>(xs, xf, xw, r * vpl + i, cfg);
             if comptime![prescaled] {
@@ -1048,6 +1048,9 @@ pub fn launch_forward_to(
     let mut cfg = knobs.row_config_for(channels, activation, target.kind);
     cfg.saturating_cast = target.kind.is_fp8() && has_ptx_math(client);
     cfg.bf16_input = x_type == ElemType::Float(cubecl::ir::FloatKind::BF16);
+    cfg.bf16_gamma = cfg.bf16_input
+        && gamma_type == ElemType::Float(cubecl::ir::FloatKind::BF16)
+        && vector_size.is_multiple_of(2);
     cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
     cfg.plane_width = reduction_plane_width(client);
     cfg.packed_fp8 = cfg.saturating_cast
@@ -1070,8 +1073,11 @@ pub fn launch_forward_to(
 
     // `x` seen as vectors of 32-bit words, one per vector of `x` (prefetch and `word_cache`
     // only; validated).
+    // (The word type is also gamma's with `bf16_gamma`; the buffer stays a placeholder then.)
     let (words_per_vector, words_len) = if cfg.prefetch || cfg.word_cache {
         (vector_size * x_type.size() / 4, x_len)
+    } else if cfg.bf16_gamma {
+        (vector_size / 2, 1)
     } else {
         (1, 1)
     };

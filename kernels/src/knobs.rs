@@ -107,6 +107,11 @@ pub struct RowConfig {
     pub groups_per_ticket: u32,
     /// `x` is bf16 (set at launch): the f32 cache converts its words with integer shifts.
     pub bf16_input: bool,
+    /// `gamma` is bf16 and widened through its 32-bit words (`w << 16`, `w & 0xffff0000`: one
+    /// integer instruction per value, where the compiler's cast byte-permutes each high half
+    /// first, two). Set at launch where `x` is bf16 too (the kernel's word type `W` is then
+    /// half a vector) and vectors hold whole words.
+    pub bf16_gamma: bool,
     pub output: Output,
     /// The device's cast to FP8 E4M3 saturates (CUDA converts with `__NV_SATFINITE`: ±448 for
     /// out-of-range values and infinities, NaN stays NaN), so the kernel leaves out its own
@@ -203,6 +208,7 @@ impl Knobs {
             word_cache: self.word_cache && cached && !(self.f32_cache && self.prefetch),
             groups_per_ticket: self.groups_per_ticket,
             bf16_input: false,
+            bf16_gamma: false,
             output,
             saturating_cast: false,
             packed_fp8: false,

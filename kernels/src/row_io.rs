@@ -30,7 +30,7 @@ pub(crate) fn in_row(j: usize, vecs_per_row: usize, #[comptime] cfg: RowConfig) 
 
 /// Gamma's vectors of this lane into registers as f32 (`GammaIn::Registers`).
 #[cube]
-pub(crate) fn load_gamma_registers<G: Float, N: Size>(
+pub(crate) fn load_gamma_registers<G: Float, N: Size, W: Size>(
     gamma: &[Vector<G, N>],
     g_regs: &mut Array<Vector<f32, N>>,
     lane: usize,
@@ -47,15 +47,29 @@ pub(crate) fn load_gamma_registers<G: Float, N: Size>(
             // have `fills_lanes`, so this test is always the run-time one.)
             g_regs[i] = Vector::<f32, N>::new(0.0f32);
             if j < vecs_per_row {
-                g_regs[i] = Vector::<f32, N>::cast_from(gamma[j]);
+                g_regs[i] = gamma_f32::<G, N, W>(gamma[j], cfg);
             }
         } else {
             // Unconditional loads (a vector past the row reads the last one, never used), all
             // in flight together: under `if j < vecs_per_row` each waited for the one before,
             // ahead of the first row's loads (a cube of a full grid has one row group: C = 1024
             // with one row per plane and gamma in registers, 151 -> 109 us at T = 99840).
-            g_regs[i] = Vector::<f32, N>::cast_from(gamma[load_index(j, vecs_per_row, cfg)]);
+            g_regs[i] = gamma_f32::<G, N, W>(gamma[load_index(j, vecs_per_row, cfg)], cfg);
         }
+    }
+}
+
+/// A vector of gamma as f32: through its 32-bit words where [`RowConfig::bf16_gamma`] (`W` is
+/// then half of `N`), else by the cast.
+#[cube]
+pub(crate) fn gamma_f32<G: Float, N: Size, W: Size>(
+    g: Vector<G, N>,
+    #[comptime] cfg: RowConfig,
+) -> Vector<f32, N> {
+    if comptime![cfg.bf16_gamma] {
+        words_to_f32::<G, N, W>(Vector::<u32, W>::reinterpret(g), true)
+    } else {
+        Vector::<f32, N>::cast_from(g)
     }
 }
 

@@ -153,6 +153,7 @@ impl Fp4Config {
             word_cache: false,
             groups_per_ticket: 0,
             bf16_input: false,
+            bf16_gamma: false,
             output: Output::Input,
             saturating_cast: false,
             packed_fp8: false,
