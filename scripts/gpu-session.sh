@@ -69,7 +69,9 @@ for step in "${steps[@]}"; do
         ncu) # Nsight Compute on one launch of a kernel in the quick quant bench (NCU_KERNEL, a
              # regex; NCU_C the widths; NCU_ARGS other bench arguments, e.g. "backward" with
              # RMSNORM_BENCH_T; NCU_OPTS more ncu options, e.g. "--clock-control none" for the
-             # boost clock): speed of light, warp stalls, pipes, occupancy.
+             # boost clock): speed of light, warp stalls, pipes, occupancy. NCU_SKIP: matching
+             # launches skipped (default 2: `quant` launches the NVFP4 heuristic's 52 first, so
+             # with RMSNORM_QUANT_SWEEP=0, NCU_SKIP=60 profiles the table's kernel instead).
              ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
              if [ -z "$ncu_bin" ]; then echo "no ncu: $(ls /usr/local/cuda/bin | tr '\n' ' ')" > "$out/ncu.log"; else
              (cd gpu && RMSNORM_BENCH_C=${NCU_C:-1024} timeout "${NCU_TIMEOUT:-240}" "$ncu_bin" -k "regex:${NCU_KERNEL:-nvfp4_rows}" \
