@@ -58,8 +58,8 @@ pub fn e2m1_magnitude_bits(w: f32, #[comptime] ptx: bool) -> u32 {
     #[allow(unused_assignments)]
     let mut m = 0u32;
     if comptime![ptx] {
-        // One `IMAD.HI` (left alone, the compiler sees that the two terms share no bits and
-        // spends a shift and an OR).
+        // One instruction (ptxas makes the `mad.hi` a `LEA.HI`; left alone, the compiler sees
+        // that the two terms share no bits and spends a shift and an OR).
         m = ptx_add_shifted_22(e);
     } else {
         m = e + (e >> 22u32);
