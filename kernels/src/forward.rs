@@ -22,8 +22,8 @@ use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
-    add_squares, cached, gamma_f32, in_row, load_gamma_registers, load_index, load_rows,
-    squares_total, stage_words, staged_to_f32, streamed_sum_sq,
+    add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,
+    stage_words, staged_to_f32, streamed_sum_sq, widen,
 };
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 
@@ -170,7 +170,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 let units = comptime![cfg.units_per_cube() as usize];
                 let mut j = UNIT_POS as usize;
                 while j < vecs_per_row {
-                    g_shared[j] = gamma_f32::<G, N, W>(gamma[j], cfg);
+                    g_shared[j] = widen::<G, N, W>(gamma[j], cfg.bf16_gamma);
                     j += units;
                 }
                 sync_cube();
@@ -643,7 +643,7 @@ fn store_cached_row<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             match comptime![cfg.gamma] {
                 GammaIn::Registers => g = g_regs[i],
                 GammaIn::Shared => g = g_shared[j],
-                GammaIn::Global => g = gamma_f32::<G, N, W>(g_raw[i], cfg),
+                GammaIn::Global => g = widen::<G, N, W>(g_raw[i], cfg.bf16_gamma),
             }
             let mut v = cached::<E, N, W>(xs, xf, xw, r * vpl + i, cfg);
             if comptime![prescaled] {

@@ -47,29 +47,30 @@ pub(crate) fn load_gamma_registers<G: Float, N: Size, W: Size>(
             // have `fills_lanes`, so this test is always the run-time one.)
             g_regs[i] = Vector::<f32, N>::new(0.0f32);
             if j < vecs_per_row {
-                g_regs[i] = gamma_f32::<G, N, W>(gamma[j], cfg);
+                g_regs[i] = widen::<G, N, W>(gamma[j], cfg.bf16_gamma);
             }
         } else {
             // Unconditional loads (a vector past the row reads the last one, never used), all
             // in flight together: under `if j < vecs_per_row` each waited for the one before,
             // ahead of the first row's loads (a cube of a full grid has one row group: C = 1024
             // with one row per plane and gamma in registers, 151 -> 109 us at T = 99840).
-            g_regs[i] = gamma_f32::<G, N, W>(gamma[load_index(j, vecs_per_row, cfg)], cfg);
+            g_regs[i] = widen::<G, N, W>(gamma[load_index(j, vecs_per_row, cfg)], cfg.bf16_gamma);
         }
     }
 }
 
-/// A vector of gamma as f32: through its 32-bit words where [`RowConfig::bf16_gamma`] (`W` is
-/// then half of `N`), else by the cast.
+/// A loaded vector as f32: through its 32-bit words when `bf16` (one integer instruction per
+/// value, where the compiler's cast byte-permutes each high half first; `W` is then half of
+/// `N`), else by the plain cast.
 #[cube]
-pub(crate) fn gamma_f32<G: Float, N: Size, W: Size>(
-    g: Vector<G, N>,
-    #[comptime] cfg: RowConfig,
+pub(crate) fn widen<E: Float, N: Size, W: Size>(
+    v: Vector<E, N>,
+    #[comptime] bf16: bool,
 ) -> Vector<f32, N> {
-    if comptime![cfg.bf16_gamma] {
-        words_to_f32::<G, N, W>(Vector::<u32, W>::reinterpret(g), true)
+    if comptime![bf16] {
+        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(v), true)
     } else {
-        Vector::<f32, N>::cast_from(g)
+        Vector::<f32, N>::cast_from(v)
     }
 }
 
@@ -146,7 +147,7 @@ pub(crate) fn cached<E: Float, N: Size, W: Size>(
     } else if comptime![cfg.word_cache] {
         words_to_f32::<E, N, W>(xw[k], cfg.bf16_input)
     } else if comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1] {
-        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(xs[k]), true)
+        widen::<E, N, W>(xs[k], true)
     } else {
         Vector::<f32, N>::cast_from(xs[k])
     }

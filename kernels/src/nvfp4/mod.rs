@@ -33,7 +33,7 @@ use crate::lanes::{
 };
 use crate::params::{Activation, NormParams, Output};
 use crate::rescue::{prescale, small_eps};
-use crate::row_io::words_to_f32;
+use crate::row_io::{widen, words_to_f32};
 
 mod encode;
 mod selection;
@@ -245,17 +245,6 @@ fn load_f32<T: Float, N: Size, W: Size>(
         words_to_f32::<T, N, W>(words[i], true)
     } else {
         Vector::<f32, N>::cast_from(values[i])
-    }
-}
-
-/// A raw cached vector of x as f32 ([`Fp4Config::raw_cache`]): through its 32-bit words when
-/// `bf16` (one integer instruction per value), else by the plain cast.
-#[cube]
-fn widen<E: Float, N: Size, W: Size>(v: Vector<E, N>, #[comptime] bf16: bool) -> Vector<f32, N> {
-    if comptime![bf16] {
-        words_to_f32::<E, N, W>(Vector::<u32, W>::reinterpret(v), true)
-    } else {
-        Vector::<f32, N>::cast_from(v)
     }
 }
 
@@ -886,6 +875,7 @@ pub fn launch_forward_nvfp4(
         .min(knobs.max_cubes.map_or(usize::MAX, |m| m as usize))
         .min(hw.max_cube_count.0 as usize);
     let one_group_per_cube = cubes >= groups;
+    let fast_math = knobs.fast_math && activation == Activation::Silu;
     let cfg = Fp4Config {
         vector_size: v,
         lanes_per_row: lanes,
@@ -894,7 +884,7 @@ pub fn launch_forward_nvfp4(
         blocks_per_lane: if cached { knobs.blocks_per_lane } else { 0 },
         lane_reduce,
         activation,
-        fast_math: knobs.fast_math && activation == Activation::Silu,
+        fast_math,
         recipe: target.recipe,
         layout: target.layout,
         prefetch: knobs.prefetch,
@@ -904,8 +894,7 @@ pub fn launch_forward_nvfp4(
         plane_width: reduction_plane_width(client),
         gamma_after_x: knobs.loads_gamma_after_x(channels, one_group_per_cube),
         raw_cache: knobs.raw_cache,
-        moderate_global_scale: knobs.fast_math
-            && activation == Activation::Silu
+        moderate_global_scale: fast_math
             && target.recipe == Fp4Recipe::TransformerEngine
             && target.s_enc <= MODERATE_GLOBAL_SCALE
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
