@@ -146,10 +146,11 @@ pub(crate) fn cached<E: Float, N: Size, W: Size>(
         xf[k]
     } else if comptime![cfg.word_cache] {
         words_to_f32::<E, N, W>(xw[k], cfg.bf16_input)
-    } else if comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1] {
-        widen::<E, N, W>(xs[k], true)
     } else {
-        Vector::<f32, N>::cast_from(xs[k])
+        widen::<E, N, W>(
+            xs[k],
+            comptime![cfg.prefetch && cfg.bf16_input && cfg.vectors_per_lane == 1],
+        )
     }
 }
 
