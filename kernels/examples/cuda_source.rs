@@ -190,6 +190,8 @@ fn nvfp4(args: &[String]) {
         gamma_after_x: knobs.loads_gamma_after_x(channels, knobs.max_cubes.is_none()),
         raw_cache: knobs.raw_cache && cached,
         moderate_global_scale: true,
+        // sm_90 with the PTX math (`RMSNORM_FP32_ENCODER=1`: the fp32 encoder, for comparison).
+        pair_encoder: knobs.fast_math && std::env::var("RMSNORM_FP32_ENCODER").is_err(),
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

@@ -172,6 +172,129 @@ fn pack_codes(w: &Array<f32>, #[comptime] first: usize, #[comptime] ptx: bool) -
     magnitudes | (signs & 0x8888_8888u32)
 }
 
+/// Eight codes in one word (value `j` in nibble `j`) from the doubled values
+/// `w[first..first + 8]` (each below 14 in magnitude), two values per instruction: the
+/// magic-number rounding of [`e2m1_magnitude_bits`] done on bf16 pairs (PTX, sm_90+: 40
+/// instructions per 8 values against the fp32 path's 57). Each pair's bf16 values are the
+/// high halves of its floats (truncation) with the sticky bit of the dropped halves in the
+/// last place: round to odd at 8 bits, which the 2-bit E2M1 grid then rounds exactly as the
+/// float itself (no double rounding: a rounded-to-odd value is a midpoint of the coarser grid
+/// only if the float was). With `E = max(exponent, 1)`, `e + (e >> 6)` on the bf16 exponent
+/// field is the magic number `2^(E + 2) (1 + (2E - 2) / 128)`; times 16 its last place is the
+/// grid's spacing `2^(E - 1)`, so one bf16x2 fused multiply-add leaves the code `2E - 2 + k` in
+/// each half's low nibble. The signs come from the bf16 halves by a sign-replicating byte
+/// permute.
+#[cube]
+fn pack_codes_pairs(w: &Array<f32>, #[comptime] first: usize) -> u32 {
+    ptx_pack_codes_pairs(
+        w[first],
+        w[first + 1],
+        w[first + 2],
+        w[first + 3],
+        w[first + 4],
+        w[first + 5],
+        w[first + 6],
+        w[first + 7],
+    )
+}
+
+/// The PTX of [`pack_codes_pairs`]. Pairs `(w0, w2)`, `(w4, w6)`, `(w1, w3)`, `(w5, w7)`: the
+/// even values' codes then sit in bytes 0, 2 of two words and a byte permute gathers them in
+/// order, likewise the odd ones, shifted into the high nibbles.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn ptx_pack_codes_pairs(
+    w0: f32,
+    w1: f32,
+    w2: f32,
+    w3: f32,
+    w4: f32,
+    w5: f32,
+    w6: f32,
+    w7: f32,
+) -> u32 {
+    let out: u32;
+    gpu_asm!(
+        "{{ .reg .b32 h<4>, l<4>, v<4>, e<4>, c<4>, one, floor, sixteen, p, q, se, so;
+        mov.b32 one, 0x00010001;
+        mov.b32 floor, 0x40004000;
+        mov.b32 sixteen, 0x41804180;
+        prmt.b32 h0, {w0}, {w2}, 0x7632;
+        prmt.b32 l0, {w0}, {w2}, 0x5410;
+        prmt.b32 h1, {w4}, {w6}, 0x7632;
+        prmt.b32 l1, {w4}, {w6}, 0x5410;
+        prmt.b32 h2, {w1}, {w3}, 0x7632;
+        prmt.b32 l2, {w1}, {w3}, 0x5410;
+        prmt.b32 h3, {w5}, {w7}, 0x7632;
+        prmt.b32 l3, {w5}, {w7}, 0x5410;
+        min.u16x2 l0, l0, one;
+        min.u16x2 l1, l1, one;
+        min.u16x2 l2, l2, one;
+        min.u16x2 l3, l3, one;
+        and.b32 v0, h0, 0x7fff7fff;
+        and.b32 v1, h1, 0x7fff7fff;
+        and.b32 v2, h2, 0x7fff7fff;
+        and.b32 v3, h3, 0x7fff7fff;
+        or.b32 v0, v0, l0;
+        or.b32 v1, v1, l1;
+        or.b32 v2, v2, l2;
+        or.b32 v3, v3, l3;
+        and.b32 e0, v0, 0x7f807f80;
+        and.b32 e1, v1, 0x7f807f80;
+        and.b32 e2, v2, 0x7f807f80;
+        and.b32 e3, v3, 0x7f807f80;
+        max.u16x2 e0, e0, floor;
+        max.u16x2 e1, e1, floor;
+        max.u16x2 e2, e2, floor;
+        max.u16x2 e3, e3, floor;
+        mad.hi.u32 e0, e0, 0x4000000, e0;
+        mad.hi.u32 e1, e1, 0x4000000, e1;
+        mad.hi.u32 e2, e2, 0x4000000, e2;
+        mad.hi.u32 e3, e3, 0x4000000, e3;
+        fma.rn.bf16x2 c0, e0, sixteen, v0;
+        fma.rn.bf16x2 c1, e1, sixteen, v1;
+        fma.rn.bf16x2 c2, e2, sixteen, v2;
+        fma.rn.bf16x2 c3, e3, sixteen, v3;
+        prmt.b32 se, h0, h1, 0xfdb9;
+        prmt.b32 so, h2, h3, 0xfdb9;
+        prmt.b32 p, c0, c1, 0x6420;
+        prmt.b32 q, c2, c3, 0x6420;
+        and.b32 se, se, 0x08080808;
+        and.b32 so, so, 0x08080808;
+        or.b32 p, p, se;
+        or.b32 q, q, so;
+        shl.b32 q, q, 4;
+        and.b32 p, p, 0x0f0f0f0f;
+        and.b32 q, q, 0xf0f0f0f0;
+        or.b32 {o}, p, q; }}",
+        o = out(_) out,
+        w0 = in(_) w0,
+        w1 = in(_) w1,
+        w2 = in(_) w2,
+        w3 = in(_) w3,
+        w4 = in(_) w4,
+        w5 = in(_) w5,
+        w6 = in(_) w6,
+        w7 = in(_) w7,
+        options(pure, nomem)
+    );
+    out
+}
+
+/// The packed word of the doubled values `w[0..8]` (each below 14 in magnitude) by the pair
+/// encoder (`pairs`, PTX sm_90+) or the fp32 one without PTX (for the codec probe).
+#[cube]
+pub fn packed_word(w: &Array<f32>, #[comptime] pairs: bool) -> u32 {
+    #[allow(unused_assignments)]
+    let mut word = 0u32;
+    if comptime![pairs] {
+        word = pack_codes_pairs(w, 0usize);
+    } else {
+        word = pack_codes(w, 0usize, false);
+    }
+    word
+}
+
 /// `p / 6`, correctly rounded for every `p` above `2^-125` (every f32 checked on the host;
 /// below it, where the quotient is subnormal, it may be an ulp off, and every caller maps such
 /// a quotient to the same scale byte), ±inf and NaN as the division: the quotient by the
@@ -222,6 +345,7 @@ fn store_block<S: Float, N: Size>(
     #[comptime] vector_size: usize,
     #[comptime] ptx: bool,
     #[comptime] moderate_global_scale: bool,
+    #[comptime] pair_encoder: bool,
 ) {
     let per_block = comptime![BLOCK / vector_size];
     // max |y|, NaN-propagating (a NaN makes the block's scale NaN): one PTX `max.NaN` with an
@@ -296,8 +420,13 @@ fn store_block<S: Float, N: Size>(
                 w[h * vector_size + k] = ys[h].extract(k) * encode2;
             }
         }
-        lo = pack_codes(&w, 0usize, ptx);
-        hi = pack_codes(&w, 8usize, ptx);
+        if comptime![pair_encoder] {
+            lo = pack_codes_pairs(&w, 0usize);
+            hi = pack_codes_pairs(&w, 8usize);
+        } else {
+            lo = pack_codes(&w, 0usize, ptx);
+            hi = pack_codes(&w, 8usize, ptx);
+        }
     } else {
         #[unroll]
         for h in 0..per_block {
@@ -431,6 +560,7 @@ pub(super) fn write_block<S: Float, N: Size>(
         cfg.vector_size,
         cfg.fast_math,
         cfg.moderate_global_scale,
+        cfg.pair_encoder,
     );
 }
 
@@ -450,6 +580,47 @@ mod tests {
     fn packed_code(v: f32) -> u8 {
         let w = v * 2.0;
         ((magnitude_bits(w) & 7) | ((v.to_bits() >> 28) & 8)) as u8
+    }
+
+    /// One half of [`super::pack_codes_pairs`] in plain Rust: the magnitude code (low nibble)
+    /// of the doubled value `w`, and the sign bit. The bf16 values are the float's high half
+    /// with the sticky bit of the low half; the bf16 fused multiply-add is exact in f64 (`M`
+    /// and the value span few bits, or the value is far below `M`'s last place), then rounded
+    /// to bf16 through f32 (exact there for the same reason) nearest-even.
+    fn pair_code(w: f32) -> u8 {
+        let bits = w.to_bits();
+        let (high, low) = ((bits >> 16) as u16, bits as u16);
+        let v = (high & 0x7fff) | u16::from(low != 0);
+        let e = (v & 0x7f80).max(0x4000);
+        let m = e + (e >> 6);
+        let bf16 = |h: u16| f32::from_bits(u32::from(h) << 16) as f64;
+        let sum = (bf16(m) * 16.0 + bf16(v)) as f32;
+        let b = sum.to_bits();
+        let rounded = ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+        assert_eq!(rounded & 0x70, 0, "{w:e}: mantissa bits above the code");
+        (rounded & 0xf) as u8 | ((high >> 12) & 8) as u8
+    }
+
+    /// The pair encoder's rounding (round to odd at 8 bits, then the E2M1 grid) against the
+    /// host codec for every float from 1/8 up to the unsaturated bound 7, every 61st below,
+    /// both signs and ±0: the same values as the fp32 encoder's test below.
+    #[test]
+    fn pair_encoder_rounding_matches_the_host_codec_below_7() {
+        let top = super::E2M1_UNSATURATED_BELOW.to_bits();
+        let eighth = 0.125f32.to_bits();
+        let check = |bits: u32| {
+            for v in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(
+                    pair_code(v * 2.0),
+                    e2m1_encode(v),
+                    "{v:e} ({:#010x})",
+                    v.to_bits()
+                );
+            }
+        };
+        (eighth..top).for_each(check);
+        (0..eighth).step_by(61).for_each(check);
+        check(0);
     }
 
     /// The packed encoder's rounding against the host codec for every float from 1/8 up to

@@ -38,7 +38,9 @@ use crate::row_io::{widen, words_to_f32};
 mod encode;
 mod selection;
 
-pub use encode::{E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code};
+pub use encode::{
+    E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code, packed_word,
+};
 use encode::{clamp_e4m3, write_block};
 pub use selection::{Fp4Knobs, heuristic_fp4_knobs, packed_lanes, select_fp4_knobs, sm90_table};
 
@@ -118,6 +120,10 @@ pub struct Fp4Config {
     /// (reciprocal, one refinement, quotient, one correction), and the kernel writes that path
     /// without the range check and slow-path call around it (six instructions per block fewer).
     pub moderate_global_scale: bool,
+    /// Set at launch with the PTX math on sm_90+: the packed encoder rounds two values per
+    /// instruction on bf16 pairs ([`encode`]'s `pack_codes_pairs`; its 16-bit integer min/max
+    /// need sm_90).
+    pub pair_encoder: bool,
 }
 
 /// How far from 1 (as a power of two) the TE recipe's global scale may be for
@@ -898,6 +904,7 @@ pub fn launch_forward_nvfp4(
             && target.recipe == Fp4Recipe::TransformerEngine
             && target.s_enc <= MODERATE_GLOBAL_SCALE
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
+        pair_encoder: fast_math && crate::select::device_sm(client).is_some_and(|sm| sm >= 90),
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {
@@ -954,7 +961,9 @@ pub fn launch_forward_nvfp4(
 /// The kernel's E2M1 encoder and the E4M3 scale cast applied to `values` (for tests of the
 /// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`]`(values[i])`,
 /// `codes[len + i]` = [`e2m1_unsaturated_code`] (the packed encoder's steps),
-/// `scales[i]` = the E4M3 byte of `values[i]` clamped to ±448.
+/// `codes[2 len + i]` = the kernel's packed word of `values[i..i + 8]` (indices modulo `len`;
+/// the pair encoder where `pairs`, else the fp32 one), `scales[i]` = the E4M3 byte of
+/// `values[i]` clamped to ±448.
 #[cube(launch_unchecked)]
 pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     values: &[f32],
@@ -962,18 +971,26 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     scales: &mut [S],
     len: usize,
     #[define(S)] _scale: ElemType,
+    #[comptime] pairs: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < len {
         codes[i] = e2m1_code(values[i]);
         codes[len + i] = e2m1_unsaturated_code(values[i]);
         scales[i] = S::cast_from(clamp_e4m3(values[i]));
+        let mut w = Array::<f32>::new(8usize);
+        #[unroll]
+        for j in 0..8usize {
+            w[j] = values[(i + j) % len] * 2.0f32;
+        }
+        codes[2 * len + i] = packed_word(&w, pairs);
     }
 }
 
-/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `2 len` u32 (the
-/// exact encoder's, then the unsaturated encoder's, meaningful for `|v| < 7`) and `scales` `len`
-/// bytes.
+/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `3 len` u32 (the
+/// exact encoder's, the unsaturated encoder's and the packed words', meaningful for
+/// `|v| < 7`) and `scales` `len` bytes. The packed words come from the encoder the NVFP4
+/// kernel uses on this device with the PTX math (the pair encoder on sm_90+).
 pub fn launch_codec_probe(
     client: &Client,
     values: Handle,
@@ -990,10 +1007,11 @@ pub fn launch_codec_probe(
             CubeCount::new_1d(len.div_ceil(64) as u32),
             CubeDim::new_1d(64),
             BufferArg::from_raw_parts(values, len),
-            BufferArg::from_raw_parts(codes, 2 * len),
+            BufferArg::from_raw_parts(codes, 3 * len),
             BufferArg::from_raw_parts(scales, len),
             len,
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
+            has_ptx_math(client) && crate::select::device_sm(client).is_some_and(|sm| sm >= 90),
         );
     }
 }
