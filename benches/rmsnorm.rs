@@ -1466,6 +1466,7 @@ fn fp4_candidates(
                 max_cubes: None,
                 prefetch: false,
                 raw_cache: false,
+                gamma_shared: false,
             });
         }
     }
@@ -1493,6 +1494,7 @@ fn fp4_candidates(
                 max_cubes: None,
                 prefetch: false,
                 raw_cache: false,
+                gamma_shared: false,
             });
         }
     }
@@ -1622,6 +1624,7 @@ fn quant(timer: &mut Timer, args: &Args) {
                 if cached {
                     let raw = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
                         raw_cache: true,
+                        gamma_shared: false,
                         ..layout
                     };
                     for k in [

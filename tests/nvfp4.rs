@@ -304,6 +304,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
                             max_cubes,
                             prefetch,
                             raw_cache: false,
+                            gamma_shared: false,
                         };
                         let plane_ok = reduce == LaneReduce::Shared
                             || lanes == 1
@@ -315,12 +316,18 @@ fn every_nvfp4_knob_path_matches_the_host() {
                             continue;
                         }
                         cases.push(knobs);
-                        // The raw register cache (f32 inputs here: widened by the plain cast).
+                        // The raw register cache (f32 inputs here: widened by the plain cast),
+                        // and gamma in shared memory, alone and with the raw cache.
                         if blocks_per_lane > 0 && rows_per_cube == 2 {
-                            cases.push(Fp4Knobs {
-                                raw_cache: true,
-                                ..knobs
-                            });
+                            for (raw_cache, gamma_shared) in
+                                [(true, false), (false, true), (true, true)]
+                            {
+                                cases.push(Fp4Knobs {
+                                    raw_cache,
+                                    gamma_shared,
+                                    ..knobs
+                                });
+                            }
                         }
                     }
                 }
@@ -379,6 +386,7 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
                             max_cubes,
                             prefetch,
                             raw_cache: false,
+                            gamma_shared: false,
                         };
                         inputs.check(knobs);
                     }
@@ -410,6 +418,7 @@ fn nvfp4_packed_rows_need_whole_planes() {
         max_cubes: None,
         prefetch: false,
         raw_cache: false,
+        gamma_shared: false,
     };
     let err = launch_forward_nvfp4(
         &client,
@@ -818,12 +827,14 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
                     max_cubes,
                     prefetch,
                     raw_cache: false,
+                    gamma_shared: false,
                 };
                 if lanes * 2 > hw.max_units_per_cube {
                     continue;
                 }
                 let raw = Fp4Knobs {
                     raw_cache: true,
+                    gamma_shared: false,
                     ..knobs
                 };
                 let run = |k: Fp4Knobs| {
@@ -841,21 +852,29 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
                     )
                 };
                 let (codes, scales) = run(knobs);
-                let (raw_codes, raw_scales) = run(raw);
-                let what = format!("C={channels} {dtype:?} {raw}");
-                assert_eq!(
-                    raw_codes, codes,
-                    "{what}: codes differ from the f32 cache's"
-                );
-                assert_eq!(
-                    raw_scales, scales,
-                    "{what}: scales differ from the f32 cache's"
-                );
-                let (s, n) = compare_blocks(&raw_codes, &raw_scales, &host, &what);
-                assert!(
-                    s * 100 <= host.len().max(100) && n * 200 <= rows * channels,
-                    "{what}: {s} scales and {n} codes differ from the host's"
-                );
+                // The raw cache, and it with gamma in shared memory (gamma widened through
+                // its words there too): the same bytes.
+                let shared = Fp4Knobs {
+                    gamma_shared: true,
+                    ..raw
+                };
+                for other in [raw, shared] {
+                    let (raw_codes, raw_scales) = run(other);
+                    let what = format!("C={channels} {dtype:?} {other}");
+                    assert_eq!(
+                        raw_codes, codes,
+                        "{what}: codes differ from the f32 cache's"
+                    );
+                    assert_eq!(
+                        raw_scales, scales,
+                        "{what}: scales differ from the f32 cache's"
+                    );
+                    let (s, n) = compare_blocks(&raw_codes, &raw_scales, &host, &what);
+                    assert!(
+                        s * 100 <= host.len().max(100) && n * 200 <= rows * channels,
+                        "{what}: {s} scales and {n} codes differ from the host's"
+                    );
+                }
             }
         }
     }
@@ -863,7 +882,7 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
 
 /// Knobs that stream the row (no register cache) on a small problem, with `prefetch` and the raw
 /// cache as given: the options that need the register cache are refused by name.
-fn launch_streamed_row(prefetch: bool, raw_cache: bool) {
+fn launch_streamed_row(prefetch: bool, raw_cache: bool, gamma_shared: bool) {
     let mut rng = rng("nvfp4_streamed_refused");
     let (x, gamma, eps) = cudnn_inputs(&mut rng, 4, 64, DType::BF16);
     let knobs = Fp4Knobs {
@@ -877,6 +896,7 @@ fn launch_streamed_row(prefetch: bool, raw_cache: bool) {
         max_cubes: Some(1),
         prefetch,
         raw_cache,
+        gamma_shared,
     };
     launch_with(
         &x,
@@ -896,14 +916,21 @@ fn launch_streamed_row(prefetch: bool, raw_cache: bool) {
 #[test]
 #[should_panic(expected = "the raw register cache (`.raw`) needs the register cache")]
 fn nvfp4_raw_cache_without_the_register_cache_is_refused() {
-    launch_streamed_row(false, true);
+    launch_streamed_row(false, true, false);
+}
+
+/// Gamma in shared memory takes the register cache's layout.
+#[test]
+#[should_panic(expected = "gamma in shared memory (`.gs`) needs the register cache")]
+fn nvfp4_gamma_shared_without_the_register_cache_is_refused() {
+    launch_streamed_row(false, false, true);
 }
 
 /// Prefetch loads into the register cache.
 #[test]
 #[should_panic(expected = "prefetch (`.pf`) loads into the register cache")]
 fn nvfp4_prefetch_without_the_register_cache_is_refused() {
-    launch_streamed_row(true, false);
+    launch_streamed_row(true, false, false);
 }
 
 /// The knob text round-trips, prefetch and the PTX math included.
@@ -916,8 +943,12 @@ fn nvfp4_knobs_parse_what_they_print() {
         "v4.l1.r2.b3.shared.m2.pf",
         "v8.l16.r4.b1.plane.m-.u2.fast",
         "v8.l16.r4.b1.plane.m264.u2.fast.pf",
+        "v8.l8.r32.b5.plane.m-.fast.raw.gs",
+        "v8.l16.r8.b3.plane.m-.fast.gs",
+        "v4.l2.r2.b5.shared.m2.pf.gs",
     ] {
         assert_eq!(Fp4Knobs::parse(text).unwrap().to_string(), text);
     }
     assert!(Fp4Knobs::parse("v8.l4.r32.b1.plane.m-.pf.fast").is_err());
+    assert!(Fp4Knobs::parse("v8.l4.r32.b1.plane.m-.gs.raw").is_err());
 }

@@ -124,6 +124,12 @@ pub struct Fp4Config {
     /// instruction on bf16 pairs ([`encode`]'s `pack_codes_pairs`; its 16-bit integer min/max
     /// need sm_90).
     pub pair_encoder: bool,
+    /// [`Fp4Knobs::gamma_shared`]: gamma as f32 in shared memory, filled once per cube.
+    pub gamma_shared: bool,
+    /// With `gamma_shared` on a grid of one row group per cube (no prefetch): the cube fills
+    /// gamma's shared copy right after issuing its x loads (inside the loop, which then runs
+    /// once), so that gamma's load and conversion wait beside x's instead of before them.
+    pub gamma_shared_after_x: bool,
 }
 
 /// How far from 1 (as a power of two) the TE recipe's global scale may be for
@@ -409,6 +415,14 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         Array::<Vector<f32, N>>::new(comptime![if gamma_regs { row_cache } else { 1 }]);
     let mut xt = Array::<Vector<f32, N>>::new(per_block);
     let mut gt = Array::<Vector<f32, N>>::new(per_block);
+    // Gamma as f32 in shared memory: the row's vectors (every lane's blocks, `lanes * bpl`
+    // blocks cover the row), filled by the whole cube.
+    let gs = comptime![cfg.gamma_shared];
+    let mut g_shared =
+        Shared::<[Vector<f32, N>]>::new_slice(comptime![if gs { lanes * row_cache } else { 1 }]);
+    if comptime![gs && !cfg.gamma_shared_after_x] {
+        fill_gamma_shared::<G, N, W>(gamma, gamma_words, &mut g_shared, blocks, cfg);
+    }
     if comptime![gamma_regs && !cfg.gamma_after_x] {
         load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
     }
@@ -483,6 +497,9 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             }
             if comptime![cfg.gamma_after_x] {
                 load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
+            }
+            if comptime![cfg.gamma_shared_after_x] {
+                fill_gamma_shared::<G, N, W>(gamma, gamma_words, &mut g_shared, blocks, cfg);
             }
         }
         // Pass 1: this lane's sums of squares (blocks cached in registers when they fit).
@@ -599,12 +616,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                 };
                                 let cached_first = comptime![u * row_cache + i * per_block];
                                 if comptime![raw] {
-                                    // This block widened again, into `xf` (by the plain
-                                    // cast; pass 1 goes through the words: the H200 runs of
-                                    // the twenty-ninth session measured this form).
+                                    // This block widened again, into `xf`, through the words
+                                    // as in pass 1 (the plain cast spends a byte permute on
+                                    // each odd element).
                                     #[unroll]
                                     for h in 0..per_block {
-                                        xf[h] = Vector::<f32, N>::cast_from(xr[cached_first + h]);
+                                        xf[h] = widen::<E, N, W>(xr[cached_first + h], cfg.x_words);
                                     }
                                 }
                                 let first = comptime![if raw { 0 } else { cached_first }];
@@ -623,6 +640,15 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                                         &mut ys,
                                         cfg,
                                         false,
+                                    );
+                                } else if comptime![gs] {
+                                    #[unroll]
+                                    for h in 0..per_block {
+                                        gt[h] = g_shared[b * per_block + h];
+                                    }
+                                    write_block::<S, N>(
+                                        &xf, first, &gt, 0, codes, scales, at, scale, 1.0f32,
+                                        s_enc, &mut ys, cfg, false,
                                     );
                                 } else {
                                     load_gamma_block::<G, N, W>(
@@ -698,13 +724,33 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 xr[k] = xn[k];
             }
         }
-        if comptime![cfg.gamma_after_x] {
+        if comptime![cfg.gamma_after_x || cfg.gamma_shared_after_x] {
             // One group per cube: the loop ends here, as the compilers can see.
             group = groups;
         } else {
             group += CUBE_COUNT_X as usize;
         }
     }
+}
+
+/// Gamma's `blocks * 16 / N` vectors widened into `g_shared` by every unit of the cube, then a
+/// cube barrier.
+#[cube]
+fn fill_gamma_shared<G: Float, N: Size, W: Size>(
+    gamma: &[Vector<G, N>],
+    gamma_words: &[Vector<u32, W>],
+    g_shared: &mut Shared<[Vector<f32, N>]>,
+    blocks: usize,
+    #[comptime] cfg: Fp4Config,
+) {
+    let vecs = blocks * comptime![BLOCK / cfg.vector_size];
+    let units = comptime![cfg.rows().units_per_cube() as usize];
+    let mut j = UNIT_POS as usize;
+    while j < vecs {
+        g_shared[j] = load_f32::<G, N, W>(gamma, gamma_words, j, cfg.gamma_words);
+        j += units;
+    }
+    sync_cube();
 }
 
 /// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into
@@ -866,6 +912,13 @@ pub fn launch_forward_nvfp4(
             knobs.blocks_per_lane
         ));
     }
+    if knobs.gamma_shared && !cached {
+        return bad(format!(
+            "gamma in shared memory (`.gs`) needs the register cache: {lanes} lanes x {} blocks \
+             per lane do not hold the {blocks} blocks of a row",
+            knobs.blocks_per_lane
+        ));
+    }
     if knobs.raw_cache && !cached {
         return bad(format!(
             "the raw register cache (`.raw`) needs the register cache: {lanes} lanes x {} blocks \
@@ -905,6 +958,8 @@ pub fn launch_forward_nvfp4(
             && target.s_enc <= MODERATE_GLOBAL_SCALE
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
         pair_encoder: fast_math && crate::select::device_sm(client).is_some_and(|sm| sm >= 90),
+        gamma_shared: knobs.gamma_shared,
+        gamma_shared_after_x: knobs.gamma_shared && one_group_per_cube && !knobs.prefetch,
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {

@@ -40,6 +40,12 @@ pub struct Fp4Knobs {
     /// holds occupancy down (several blocks per lane, a prefetch buffer). Only with the
     /// register cache (`blocks_per_lane` covering the row).
     pub raw_cache: bool,
+    /// Gamma widened to f32 once per cube into shared memory (each unit reads its blocks'
+    /// vectors there) instead of being loaded from global memory and widened for every row
+    /// (one integer instruction per element and the loads' address arithmetic, against a
+    /// quarter of a shared load per element and one cube barrier). Only with the register
+    /// cache; takes the place of gamma in registers. Written `.gs`.
+    pub gamma_shared: bool,
 }
 
 impl core::fmt::Display for Fp4Knobs {
@@ -69,6 +75,9 @@ impl core::fmt::Display for Fp4Knobs {
         if self.raw_cache {
             write!(f, ".raw")?;
         }
+        if self.gamma_shared {
+            write!(f, ".gs")?;
+        }
         Ok(())
     }
 }
@@ -85,6 +94,7 @@ impl Fp4Knobs {
     /// [`Fp4Config::gamma_registers`]).
     pub fn holds_gamma_in_registers(&self, channels: usize) -> bool {
         self.caches_row(channels)
+            && !self.gamma_shared
             && self.blocks_per_lane <= GAMMA_REGISTER_BLOCKS
             && self.max_cubes.is_some()
     }
@@ -94,6 +104,7 @@ impl Fp4Knobs {
     pub fn loads_gamma_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
         one_group_per_cube
             && !self.prefetch
+            && !self.gamma_shared
             && self.caches_row(channels)
             && self.blocks_per_lane <= GAMMA_AFTER_X_BLOCKS
     }
@@ -106,16 +117,20 @@ impl Fp4Knobs {
             || self.loads_gamma_after_x(channels, one_group_per_cube)
     }
 
-    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf.raw`).
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf.raw.gs`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
-                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf][.raw]"
+                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf][.raw][.gs]"
             )
         };
         let parts: Vec<&str> = text.trim().split('.').collect();
-        let (fields, raw_cache) = match parts.as_slice() {
+        let (fields, gamma_shared) = match parts.as_slice() {
+            [fields @ .., "gs"] => (fields, true),
+            fields => (fields, false),
+        };
+        let (fields, raw_cache) = match fields {
             [fields @ .., "raw"] => (fields, true),
             fields => (fields, false),
         };
@@ -159,6 +174,7 @@ impl Fp4Knobs {
             },
             prefetch,
             raw_cache,
+            gamma_shared,
         })
     }
 }
@@ -255,6 +271,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             max_cubes: None,
             prefetch: false,
             raw_cache: false,
+            gamma_shared: false,
         };
     }
     let plane = hw.plane_size_min.max(1);
@@ -272,6 +289,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             max_cubes: None,
             prefetch: false,
             raw_cache: false,
+            gamma_shared: false,
         };
     }
     let lanes = (blocks.div_ceil(2).next_power_of_two() as u32).min(256);
@@ -293,6 +311,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         max_cubes: None,
         prefetch: false,
         raw_cache: false,
+        gamma_shared: false,
     }
 }
 
