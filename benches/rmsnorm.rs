@@ -1644,6 +1644,19 @@ fn quant(timer: &mut Timer, args: &Args) {
                             best = (k, time);
                         }
                     }
+                    // Gamma in shared memory (widened once per cube), with either cache, on
+                    // the layout's own grid.
+                    for raw_cache in [false, true] {
+                        let k = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                            raw_cache,
+                            gamma_shared: true,
+                            ..layout
+                        };
+                        let time = run(&k, 15);
+                        if time < best.1 {
+                            best = (k, time);
+                        }
+                    }
                 }
             }
             // The chosen knobs next to their roofs: the half-and-half copy of 2 + 1/2 + 1/16
