@@ -175,7 +175,8 @@ fn pack_codes(w: &Array<f32>, #[comptime] first: usize, #[comptime] ptx: bool) -
 /// Eight codes in one word (value `j` in nibble `j`) from the doubled values
 /// `w[first..first + 8]` (each below 14 in magnitude), two values per instruction: the
 /// magic-number rounding of [`e2m1_magnitude_bits`] done on bf16 pairs (PTX, sm_90+: 40
-/// instructions per 8 values against the fp32 path's 57). Each pair's bf16 values are the
+/// instructions per 8 values against the fp32 path's 49, each path with 8 scale multiplies
+/// before it). Each pair's bf16 values are the
 /// high halves of its floats (truncation) with the sticky bit of the dropped halves in the
 /// last place: round to odd at 8 bits, which the 2-bit E2M1 grid then rounds exactly as the
 /// float itself (no double rounding: a rounded-to-odd value is a midpoint of the coarser grid
