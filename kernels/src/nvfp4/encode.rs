@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use super::{BLOCK, BlockAt, CodeWords, Fp4Config, Fp4Recipe, ScaleLayout};
-use crate::activation::{LOG2_E, input_scale, output_value, ptx_rcp_approx};
+use crate::activation::{LOG2_E, has_ptx_math, input_scale, output_value, ptx_rcp_approx};
 
 /// The E2M1 code (low nibble) of `v`: round to nearest, ties to even, saturate at ±6; the sign
 /// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. Computed on the float's bits (about half the
@@ -175,7 +175,8 @@ fn pack_codes(w: &Array<f32>, #[comptime] first: usize, #[comptime] ptx: bool) -
 /// Eight codes in one word (value `j` in nibble `j`) from the doubled values
 /// `w[first..first + 8]` (each below 14 in magnitude), two values per instruction: the
 /// magic-number rounding of [`e2m1_magnitude_bits`] done on bf16 pairs (PTX, sm_90+: 40
-/// instructions per 8 values against the fp32 path's 57). Each pair's bf16 values are the
+/// instructions per 8 values against the fp32 path's 49, each path with 8 scale multiplies
+/// before it). Each pair's bf16 values are the
 /// high halves of its floats (truncation) with the sticky bit of the dropped halves in the
 /// last place: round to odd at 8 bits, which the 2-bit E2M1 grid then rounds exactly as the
 /// float itself (no double rounding: a rounded-to-odd value is a midpoint of the coarser grid
@@ -281,18 +282,30 @@ fn ptx_pack_codes_pairs(
     out
 }
 
-/// The packed word of the doubled values `w[0..8]` (each below 14 in magnitude) by the pair
-/// encoder (`pairs`, PTX sm_90+) or the fp32 one without PTX (for the codec probe).
+/// The packed word of the doubled values `w[first..first + 8]` (each below 14 in magnitude)
+/// by the pair encoder (`pairs`, PTX sm_90+, see [`has_pair_encoder`]) or the fp32 one (its
+/// PTX funnel shifts where `ptx`).
 #[cube]
-pub fn packed_word(w: &Array<f32>, #[comptime] pairs: bool) -> u32 {
+pub fn packed_word(
+    w: &Array<f32>,
+    #[comptime] first: usize,
+    #[comptime] pairs: bool,
+    #[comptime] ptx: bool,
+) -> u32 {
     #[allow(unused_assignments)]
     let mut word = 0u32;
     if comptime![pairs] {
-        word = pack_codes_pairs(w, 0usize);
+        word = pack_codes_pairs(w, first);
     } else {
-        word = pack_codes(w, 0usize, false);
+        word = pack_codes(w, first, ptx);
     }
     word
+}
+
+/// Whether the device runs the pair encoder ([`packed_word`]'s `pairs`): the PTX math on
+/// sm_90+ (its 16-bit integer `min`/`max` need sm_90; ptxas refuses them for sm_80).
+pub fn has_pair_encoder(client: &Client) -> bool {
+    has_ptx_math(client) && crate::select::device_sm(client).is_some_and(|sm| sm >= 90)
 }
 
 /// `p / 6`, correctly rounded for every `p` above `2^-125` (every f32 checked on the host;
@@ -420,13 +433,8 @@ fn store_block<S: Float, N: Size>(
                 w[h * vector_size + k] = ys[h].extract(k) * encode2;
             }
         }
-        if comptime![pair_encoder] {
-            lo = pack_codes_pairs(&w, 0usize);
-            hi = pack_codes_pairs(&w, 8usize);
-        } else {
-            lo = pack_codes(&w, 0usize, ptx);
-            hi = pack_codes(&w, 8usize, ptx);
-        }
+        lo = packed_word(&w, 0usize, pair_encoder, ptx);
+        hi = packed_word(&w, 8usize, pair_encoder, ptx);
     } else {
         #[unroll]
         for h in 0..per_block {
@@ -606,21 +614,7 @@ mod tests {
     /// both signs and ±0: the same values as the fp32 encoder's test below.
     #[test]
     fn pair_encoder_rounding_matches_the_host_codec_below_7() {
-        let top = super::E2M1_UNSATURATED_BELOW.to_bits();
-        let eighth = 0.125f32.to_bits();
-        let check = |bits: u32| {
-            for v in [f32::from_bits(bits), -f32::from_bits(bits)] {
-                assert_eq!(
-                    pair_code(v * 2.0),
-                    e2m1_encode(v),
-                    "{v:e} ({:#010x})",
-                    v.to_bits()
-                );
-            }
-        };
-        (eighth..top).for_each(check);
-        (0..eighth).step_by(61).for_each(check);
-        check(0);
+        matches_the_host_codec_below_7(|v| pair_code(v * 2.0));
     }
 
     /// The packed encoder's rounding against the host codec for every float from 1/8 up to
@@ -628,16 +622,17 @@ mod tests {
     /// round to 0 or are exact), both signs, and ±0.
     #[test]
     fn magnitude_rounding_matches_the_host_codec_below_7() {
+        matches_the_host_codec_below_7(packed_code);
+    }
+
+    /// `code(v)` against the host codec for every float `v` from 1/8 up to the unsaturated
+    /// bound 7, every 61st below it, both signs, and ±0.
+    fn matches_the_host_codec_below_7(code: impl Fn(f32) -> u8) {
         let top = super::E2M1_UNSATURATED_BELOW.to_bits();
         let eighth = 0.125f32.to_bits();
         let check = |bits: u32| {
             for v in [f32::from_bits(bits), -f32::from_bits(bits)] {
-                assert_eq!(
-                    packed_code(v),
-                    e2m1_encode(v),
-                    "{v:e} ({:#010x})",
-                    v.to_bits()
-                );
+                assert_eq!(code(v), e2m1_encode(v), "{v:e} ({:#010x})", v.to_bits());
             }
         };
         (eighth..top).for_each(check);

@@ -39,7 +39,8 @@ mod encode;
 mod selection;
 
 pub use encode::{
-    E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code, packed_word,
+    E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code,
+    has_pair_encoder, packed_word,
 };
 use encode::{clamp_e4m3, write_block};
 pub use selection::{Fp4Knobs, heuristic_fp4_knobs, packed_lanes, select_fp4_knobs, sm90_table};
@@ -957,7 +958,7 @@ pub fn launch_forward_nvfp4(
             && target.recipe == Fp4Recipe::TransformerEngine
             && target.s_enc <= MODERATE_GLOBAL_SCALE
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
-        pair_encoder: fast_math && crate::select::device_sm(client).is_some_and(|sm| sm >= 90),
+        pair_encoder: fast_math && has_pair_encoder(client),
         gamma_shared: knobs.gamma_shared,
         gamma_shared_after_x: knobs.gamma_shared && one_group_per_cube && !knobs.prefetch,
     };
@@ -1038,7 +1039,7 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
         for j in 0..8usize {
             w[j] = values[(i + j) % len] * 2.0f32;
         }
-        codes[2 * len + i] = packed_word(&w, pairs);
+        codes[2 * len + i] = packed_word(&w, 0usize, pairs, false);
     }
 }
 
@@ -1066,7 +1067,7 @@ pub fn launch_codec_probe(
             BufferArg::from_raw_parts(scales, len),
             len,
             ElemType::Float(cubecl::ir::FloatKind::E4M3),
-            has_ptx_math(client) && crate::select::device_sm(client).is_some_and(|sm| sm >= 90),
+            has_pair_encoder(client),
         );
     }
 }
