@@ -926,6 +926,41 @@ fn nvfp4_gamma_shared_without_the_register_cache_is_refused() {
     launch_streamed_row(false, false, true);
 }
 
+/// Gamma in shared memory that does not fit the device's shared memory is refused by name (a
+/// row of 65536 channels: 256 KiB of f32 gamma per cube).
+#[test]
+#[should_panic(expected = "bytes of shared memory per cube")]
+fn nvfp4_gamma_shared_beyond_the_shared_memory_is_refused() {
+    let (rows, channels) = (1, 65536);
+    let x = vec![1.0; rows * channels];
+    let gamma = vec![1.0; channels];
+    let knobs = Fp4Knobs {
+        vector_size: 4,
+        lanes_per_row: 16,
+        rows_per_cube: 1,
+        rows_per_unit: 1,
+        blocks_per_lane: 256,
+        lane_reduce: LaneReduce::Shared,
+        fast_math: false,
+        max_cubes: None,
+        prefetch: false,
+        raw_cache: false,
+        gamma_shared: true,
+    };
+    launch_with(
+        &x,
+        &gamma,
+        rows,
+        channels,
+        DType::BF16,
+        NormParams::rms(1e-6),
+        Fp4Recipe::Cudnn,
+        ScaleLayout::RowMajor,
+        1.0,
+        knobs,
+    );
+}
+
 /// Prefetch loads into the register cache.
 #[test]
 #[should_panic(expected = "prefetch (`.pf`) loads into the register cache")]

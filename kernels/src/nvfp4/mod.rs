@@ -920,6 +920,22 @@ pub fn launch_forward_nvfp4(
             knobs.blocks_per_lane
         ));
     }
+    // Shared memory: the lane sums (shared-memory reduction) and gamma's f32 copy (`.gs`).
+    let shared_bytes = match lane_reduce {
+        LaneReduce::Shared => (lanes * knobs.rows_per_cube * knobs.rows_per_unit) as usize * 4,
+        LaneReduce::Plane => 0,
+    } + if knobs.gamma_shared {
+        lanes as usize * knobs.blocks_per_lane * BLOCK * 4
+    } else {
+        0
+    };
+    if shared_bytes > hw.max_shared_memory_size {
+        return bad(format!(
+            "the knobs need {shared_bytes} bytes of shared memory per cube (gamma in shared \
+             memory, `.gs`, takes 64 bytes per block of the register cache), the device has {}",
+            hw.max_shared_memory_size
+        ));
+    }
     if knobs.raw_cache && !cached {
         return bad(format!(
             "the raw register cache (`.raw`) needs the register cache: {lanes} lanes x {} blocks \
