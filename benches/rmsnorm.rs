@@ -1624,7 +1624,6 @@ fn quant(timer: &mut Timer, args: &Args) {
                 if cached {
                     let raw = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
                         raw_cache: true,
-                        gamma_shared: false,
                         ..layout
                     };
                     for k in [

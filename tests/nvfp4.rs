@@ -834,7 +834,6 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
                 }
                 let raw = Fp4Knobs {
                     raw_cache: true,
-                    gamma_shared: false,
                     ..knobs
                 };
                 let run = |k: Fp4Knobs| {

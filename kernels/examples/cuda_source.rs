@@ -193,10 +193,7 @@ fn nvfp4(args: &[String]) {
         // sm_90 with the PTX math (`RMSNORM_FP32_ENCODER=1`: the fp32 encoder, for comparison).
         pair_encoder: knobs.fast_math && std::env::var("RMSNORM_FP32_ENCODER").is_err(),
         gamma_shared: knobs.gamma_shared && cached,
-        gamma_shared_after_x: knobs.gamma_shared
-            && cached
-            && knobs.max_cubes.is_none()
-            && !knobs.prefetch,
+        gamma_shared_after_x: knobs.fills_gamma_shared_after_x(channels, knobs.max_cubes.is_none()),
     };
     // Rows packed into planes: a plane along x, the planes along y (as the launch does).
     let settings = if cfg.packs_rows() {

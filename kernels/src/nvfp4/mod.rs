@@ -976,7 +976,7 @@ pub fn launch_forward_nvfp4(
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
         pair_encoder: fast_math && has_pair_encoder(client),
         gamma_shared: knobs.gamma_shared,
-        gamma_shared_after_x: knobs.gamma_shared && one_group_per_cube && !knobs.prefetch,
+        gamma_shared_after_x: knobs.fills_gamma_shared_after_x(channels, one_group_per_cube),
     };
     // The lane layout's checks and cube shape are the row kernel's.
     if let Some(why) = lane_layout_error(client, &cfg.rows()) {

@@ -109,6 +109,12 @@ impl Fp4Knobs {
             && self.blocks_per_lane <= GAMMA_AFTER_X_BLOCKS
     }
 
+    /// Whether a launch of these knobs whose cubes each have one row group (`one_group_per_cube`)
+    /// fills gamma's shared copy right after the x loads ([`Fp4Config::gamma_shared_after_x`]).
+    pub fn fills_gamma_shared_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
+        self.gamma_shared && one_group_per_cube && !self.prefetch && self.caches_row(channels)
+    }
+
     /// Whether a launch of these knobs keeps gamma in registers
     /// ([`Fp4Config::gamma_registers`]): a persistent grid's small cache, or gamma loaded with x
     /// on a grid of one row group per cube.
