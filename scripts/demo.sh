@@ -3,9 +3,9 @@
 # random-weight decoder; a 3-frame latent -> 9 frames of 64x96), checked against the same decode
 # with composed Burn ops, frames written to wan_vae_out/ as PNGs and a GIF. CUDA when a GPU is
 # present, otherwise the CubeCL CPU runtime. Does its own set-up first. Arguments go to the
-# example (e.g. --weights PATH --latent PATH --dtype bf16; see examples/wan_vae_decode/main.rs).
+# decoder's program (e.g. --weights PATH --latent PATH --dtype bf16; see wan-vae/src/main.rs).
 # The single-op demo (error vs an f64 reference on a Wan shape): cargo run --release --example demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec cargo run --release --example wan_vae_decode -- "$@"
+exec cargo run --release -p wan-vae -- "$@"

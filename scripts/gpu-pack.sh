@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds release binaries here and packs them (stripped, xz) into gpu/ for the `device` tool,
 # which carries gpu/ to a GPU machine that has no Rust toolchain (at most two or three fit in
-# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [wan] [wan-untuned] [fixtures]   (default: tests demo)
+# one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [conv] [wan] [wan-tests] [fixtures]   (default: tests demo)
 # tests, bench and wan are built CUDA-only (GPU_FEATURES; the CubeCL CPU runtime is not needed
 # there). Sizes (xz): tests ~31 MB, bench ~27 MB, wan ~31 MB; fixtures 17 MB.
 # Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 mkdir -p gpu
 what=("$@")
-gpu_features=(--no-default-features --features "${GPU_FEATURES:-burn-defaults,cuda,ndarray}")
+# The default features by default: the GPU binaries share the CI build's compiled dependencies.
+gpu_features=(--no-default-features --features "${GPU_FEATURES:-burn-defaults,cuda,cpu,ndarray}")
 [ ${#what[@]} -gt 0 ] || what=(tests demo)
 artifact() { # cargo command and its target selection -> newest executable path
     cargo "$@" -p burn-rmsnorm-silu --no-run --message-format=json 2>/dev/null \
@@ -30,15 +31,19 @@ for w in "${what[@]}"; do
         tests) bin=$(artifact test --release "${gpu_features[@]}" --test main) ;;
         bench) bin=$(artifact bench "${gpu_features[@]}" --bench rmsnorm) ;;
         demo) cargo build --release --tests --examples; bin=target/release/examples/demo ;;
-        wan) cargo build --release "${gpu_features[@]}" --example wan_vae_decode
-             bin=target/release/examples/wan_vae_decode
+        conv) bin=$(artifact bench "${gpu_features[@]}" --bench conv) ;;
+        # The decoder (its convolutions take the measured table, not a run-time autotune).
+        wan) cargo build --release -p wan-vae --bin wan-vae
+             bin=target/release/wan-vae ;;
+        wan-tests) bin=$(cargo test --release -p wan-vae \
+                 --test decoder --no-run --message-format=json 2>/dev/null | python3 -c 'import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1)
              pack_fixtures ;;
         # The cross-check fixtures alone, for the tests' Wan fixture cases on CUDA (with
         # `tests`: ~47 MB, within the carry; the bench does not fit beside them).
         fixtures) pack_fixtures; continue ;;
-        # The Wan example without Burn's autotuning (gpu-wan-untuned/Cargo.toml says why).
-        wan-untuned) (cd gpu-wan-untuned && CARGO_TARGET_DIR=../target cargo build --release --offline)
-             bin=target/release/wan_vae_decode_untuned ;;
         *) echo "unknown binary $w" >&2; exit 2 ;;
     esac
     cp "$bin" "gpu/$w"

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 out=$PWD/gpu/out
 mkdir -p "$out"
 for f in gpu/*.xz; do xz -dkf "$f"; done
-chmod +x gpu/tests gpu/bench gpu/bench-* gpu/wan gpu/wan-untuned 2>/dev/null
+chmod +x gpu/tests gpu/bench gpu/bench-* gpu/conv gpu/wan gpu/wan-tests 2>/dev/null
 # cubecl's environment (compiled kernels and autotune results, one database) in gpu/ for every
 # binary run from gpu/: steps share it, and it goes back in $OUT/env.tgz so that the next call
 # can carry gpu/env.tgz and skip NVRTC and Burn's autotuning (minutes for the Wan decoder).
@@ -82,36 +82,40 @@ for step in "${steps[@]}"; do
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1
                timeout 100 python3 benches/torch_compare.py --out "$out" --backward >> "$out/torch.log" 2>&1 ;;
-        wanfix) # The cross-check fixtures on CUDA, f32 and bf16, vs PyTorch's output.
-             for v in ${WANFIX_MODELS:-wan21_small wan22_small}; do for dt in ${WANFIX_DTYPES:-f32 bf16}; do
-                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "${WANFIX_TIMEOUT:-60}" "./${WAN_BIN:-wan}" --weights fixtures/$v/diffusion_pytorch_model.safetensors \
-                     --latent fixtures/$v/io.safetensors --dtype $dt --no-write --no-check --no-norm-time --device cuda) \
-                     > "$out/wanfix-$v-$dt.log" 2>&1
-                 echo "$v $dt: $(grep -hE 'reference|check:' "$out/wanfix-$v-$dt.log" | tr '\n' ' ')"
-             done; done ;;
-        wan) # Full-size Wan2.1 decoder (random weights), 480p latent [1, 16, 3, 60, 104], bf16:
-             # fused vs composed norm sites, peak GPU memory sampled by nvidia-smi. Burn's
-             # convolutions autotune on first use (minutes at cubecl's default level), so the
-             # Wan steps autotune at the minimal level unless WAN_AUTOTUNE says otherwise.
-             # WAN_TAG names the logs (wan<TAG>-<mode>.log); WAN_BIN=wan-untuned runs the build without Burn's autotuning; WAN_MODES="fused" runs one mode; WAN_CONV=matmul (read by the binary) swaps the
-             # convolutions for matmuls; WAN_TRACE=1 times every convolution.
-             # WAN_BUDGET=S: the modes share S seconds (each still at most WAN_TIMEOUT), so a
-             # warm-up call gives the first mode what it needs and the next one the rest.
-             wan_end=$(( $(date +%s) + ${WAN_BUDGET:-100000} ))
-             for mode in ${WAN_MODES:-fused unfused}; do
-                 extra=(); [ $mode = unfused ] && extra=(--unfused)
-                 left=$(( wan_end - $(date +%s) )); limit=${WAN_TIMEOUT:-280}
-                 [ $left -lt $limit ] && limit=$left
-                 [ $limit -lt 10 ] && { echo "wan $mode: no time left"; continue; }
-                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
-                     > "$out/wan${WAN_TAG:-}-$mode-mem.txt" 2>/dev/null & smi=$!
-                 (cd gpu && CUBECL_AUTOTUNE_LEVEL=${WAN_AUTOTUNE:-minimal} timeout "$limit" "./${WAN_BIN:-wan}" --size full --frames 3 --height 60 --width 104 \
-                     --dtype bf16 --no-check --no-write --device cuda ${extra[@]+"${extra[@]}"} \
-                     --out "$out/wan${WAN_TAG:-}-$mode") > "$out/wan${WAN_TAG:-}-$mode.log" 2>&1
+        # The convolution tuner (CONV_ONLY="0,3": shape indices) and cuDNN on the same shapes.
+        convtune) (cd gpu && timeout "${CONV_TIMEOUT:-400}" ./conv tune --out "$out" ${CONV_ONLY:+--only $CONV_ONLY}) \
+                   > "$out/conv_tune.log" 2>&1; grep BEST "$out/conv_tune.log" ;;
+        convbench) (cd gpu && timeout "${CONV_TIMEOUT:-300}" ./conv bench --out "$out") > "$out/conv_bench.log" 2>&1
+                   tail -20 "$out/conv_bench.log" ;;
+        torchconvs) timeout 200 python3 scripts/wan_torch.py convs "$out" > "$out/torch_convs.log" 2>&1
+                    cat "$out/torch_convs.log" | cut -c1-160 ;;
+        wanfix) # The cross-check fixtures on CUDA: the decoder's tests (f32 and bf16 vs PyTorch).
+             (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${WANFIX_TIMEOUT:-200}" ./wan-tests \
+                 --test-threads=1) > "$out/wanfix.log" 2>&1; grep -E "test |error|result" "$out/wanfix.log" ;;
+        wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side
+             # with diffusers on the same weights and latent: WAN_FRAMES latent frames (default
+             # "3 21"); peak GPU memory sampled by nvidia-smi; the PSNR of each video against
+             # diffusers' f32 decode. Needs diffusers as a wheel in .whl/ (see the device README).
+             python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+                 && export PYTHONPATH=/tmp/site
+             work=$PWD/gpu/work; mkdir -p "$work"   # weights, latents, videos: not packed into $OUT
+             for t in ${WAN_FRAMES:-3 21}; do
+                 timeout 240 python3 scripts/wan_torch.py prepare "$work" $t > "$out/wan-prepare-$t.log" 2>&1 || tail -5 "$out/wan-prepare-$t.log"
+                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wan-$t-mem.txt" 2>/dev/null & smi=$!
+                 (cd gpu && timeout "${WAN_TIMEOUT:-200}" ./wan --weights "$work/wan21_random_decoder.safetensors" \
+                     --latent "$work/latent_t$t.safetensors" --raw-latent --dtype bf16 --no-write ${WAN_ARGS:---no-check} \
+                     --device cuda --save "$work/ours_t$t.safetensors") > "$out/wan-$t.log" 2>&1
                  kill $smi 2>/dev/null
-                 echo "wan $mode: peak $(sort -n "$out/wan${WAN_TAG:-}-$mode-mem.txt" | tail -1) MiB" >> "$out/wan${WAN_TAG:-}-$mode.log"
-                 tail -4 "$out/wan${WAN_TAG:-}-$mode.log"
-             done ;;
+                 echo "ours, T = $t: peak $(sort -n "$out/wan-$t-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wan-$t.log"
+                 grep -vE "^latent frame|\[#" "$out/wan-$t.log" | tail -8 | cut -c1-260
+                 timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t$t.safetensors" 2>&1 | tail -2
+                 rm -f "$work/ours_t$t.safetensors"
+                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/torch-$t-mem.txt" 2>/dev/null & smi=$!
+                 timeout 240 python3 scripts/wan_torch.py decode "$work" $t > "$out/torch-decode-$t.log" 2>&1
+                 kill $smi 2>/dev/null
+                 cat "$out/torch-decode-$t.log" | tail -4 | cut -c1-240
+             done
+             ;;
         *) echo "unknown step $step"; continue ;;
     esac
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"

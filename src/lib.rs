@@ -22,9 +22,11 @@
 //! backward pass); [`autodiff`] registers the backward.
 
 pub mod api;
+pub mod attention;
 pub mod autodiff;
 pub mod backend;
 pub mod composed;
+pub mod conv;
 #[doc(hidden)]
 pub mod cpu_bf16_shim;
 #[cfg(any(feature = "cuda", feature = "cpu"))]
@@ -34,7 +36,12 @@ pub mod module;
 pub mod nvfp4;
 
 pub use api::{Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_with};
+pub use attention::{AttentionBackend, single_head_attention};
 pub use backend::RmsNormSiluBackend;
+pub use conv::{
+    ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last,
+    conv3d_channels_last_phases, fold_upsample2x_weights,
+};
 pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use nvfp4::{

@@ -21,11 +21,14 @@
 //! - [`nvfp4`]: the NVFP4 row kernel (E2M1 values, E4M3 block scales, two recipes, two scale
 //!   layouts);
 //! - [`tickets`]: ticket counters for persistent grids that draw their work in order;
+//! - [`conv`]: channels-last 3D convolutions on tensor cores (cubek's implicit GEMM) with
+//!   measured per-shape configurations;
 //! - [`formats`]: host reference codecs for FP8 E4M3 and NVFP4 (for the quantised outputs).
 
 pub mod activation;
 pub mod backward;
 pub mod channels;
+pub mod conv;
 pub mod formats;
 pub mod forward;
 pub mod fp8_out;
@@ -51,3 +54,4 @@ pub use select::{
 
 /// Re-exported so downstream crates name the same cubecl.
 pub use cubecl;
+pub use cubek;

@@ -3,11 +3,11 @@
 use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor, s};
 
-use super::config::WanConfig;
-use super::layers::{
+use crate::config::WanConfig;
+use crate::layers::{
     AttentionBlock, CausalConv3d, Ctx, DupUp3D, FrameCache, Loader, Norm, Resample, ResidualBlock,
 };
-use super::weights::Weights;
+use crate::weights::{WeightError, Weights};
 
 /// An up stage: residual blocks, an optional upsampler, and (Wan2.2) the `DupUp3D` shortcut.
 #[derive(Module, Debug)]
@@ -31,7 +31,7 @@ impl UpStage {
             x = block.forward(x, cache, ctx);
         }
         if let Some(up) = &self.upsampler {
-            x = up.forward(x, cache);
+            x = up.forward(x, cache, ctx);
         }
         match (&self.shortcut, input) {
             (Some(dup), Some(input)) => x + dup.forward(input, first_chunk),
@@ -56,9 +56,14 @@ pub struct WanDecoder {
 impl WanDecoder {
     /// Builds the decoder for `config` from `weights` (diffusers names; see [`Weights`]).
     ///
-    /// # Panics
-    /// With the weight source's message (naming the key) on a missing or mis-shaped tensor.
-    pub fn load(config: &WanConfig, weights: &mut Weights, device: &Device, dtype: DType) -> Self {
+    /// # Errors
+    /// The weight source's error, naming the key, on a missing or mis-shaped tensor.
+    pub fn load(
+        config: &WanConfig,
+        weights: &mut Weights,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, WeightError> {
         let mut l = Loader {
             weights,
             config,
@@ -73,15 +78,16 @@ impl WanDecoder {
             config.z_dim,
             config.z_dim,
             [1, 1, 1],
-        );
-        let conv_in = CausalConv3d::load(&mut l, "decoder.conv_in", config.z_dim, dims[0], [3; 3]);
+        )?;
+        let conv_in = CausalConv3d::load(&mut l, "decoder.conv_in", config.z_dim, dims[0], [3; 3])?;
         let mid_resnets = (0..2)
             .map(|j| {
                 let key = format!("decoder.mid_block.resnets.{j}");
                 ResidualBlock::load(&mut l, &key, dims[0], dims[0])
             })
-            .collect();
-        let mid_attention = AttentionBlock::load(&mut l, "decoder.mid_block.attentions.0", dims[0]);
+            .collect::<Result<_, _>>()?;
+        let mid_attention =
+            AttentionBlock::load(&mut l, "decoder.mid_block.attentions.0", dims[0])?;
         let mut stages = Vec::new();
         for i in 0..4 {
             let (mut c_in, c_out) = (dims[i], dims[i + 1]);
@@ -97,17 +103,19 @@ impl WanDecoder {
                     c_in = c_out;
                     block
                 })
-                .collect();
+                .collect::<Result<_, _>>()?;
             let upsample = i != 3;
             let temporal = upsample && config.temporal_upsample[i];
-            let upsampler = upsample.then(|| {
-                let (key, up_out) = if config.residual {
-                    (format!("decoder.up_blocks.{i}.upsampler"), c_out)
-                } else {
-                    (format!("decoder.up_blocks.{i}.upsamplers.0"), c_out / 2)
-                };
-                Resample::load(&mut l, &key, c_out, up_out, temporal)
-            });
+            let upsampler = upsample
+                .then(|| {
+                    let (key, up_out) = if config.residual {
+                        (format!("decoder.up_blocks.{i}.upsampler"), c_out)
+                    } else {
+                        (format!("decoder.up_blocks.{i}.upsamplers.0"), c_out / 2)
+                    };
+                    Resample::load(&mut l, &key, c_out, up_out, temporal)
+                })
+                .transpose()?;
             let shortcut = (config.residual && upsample)
                 .then(|| DupUp3D::new(stage_in, c_out, if temporal { 2 } else { 1 }));
             stages.push(UpStage {
@@ -116,15 +124,15 @@ impl WanDecoder {
                 shortcut,
             });
         }
-        let norm_out = Norm::load(&mut l, "decoder.norm_out", dims[4], true);
+        let norm_out = Norm::load(&mut l, "decoder.norm_out", dims[4], true)?;
         let conv_out = CausalConv3d::load(
             &mut l,
             "decoder.conv_out",
             dims[4],
             config.out_channels,
             [3; 3],
-        );
-        Self {
+        )?;
+        Ok(Self {
             post_quant_conv,
             conv_in,
             mid_resnets,
@@ -133,10 +141,10 @@ impl WanDecoder {
             norm_out,
             conv_out,
             patch_size: config.patch_size,
-        }
+        })
     }
 
-    /// One latent frame `[B, z, 1, h, w]` (after `post_quant_conv`) through the decoder.
+    /// One latent frame `[B, 1, h, w, z]` (after `post_quant_conv`) through the decoder.
     fn decode_chunk(
         &self,
         x: Tensor<5>,
@@ -145,7 +153,7 @@ impl WanDecoder {
         first_chunk: bool,
     ) -> Tensor<5> {
         cache.rewind();
-        let mut x = cache.conv(&self.conv_in, x);
+        let mut x = cache.conv(&self.conv_in, x, ctx);
         x = self.mid_resnets[0].forward(x, cache, ctx);
         x = self.mid_attention.forward(x, ctx);
         x = self.mid_resnets[1].forward(x, cache, ctx);
@@ -153,13 +161,14 @@ impl WanDecoder {
             x = stage.forward(x, cache, ctx, first_chunk);
         }
         let x = self.norm_out.forward(x, ctx);
-        cache.conv(&self.conv_out, x)
+        cache.conv(&self.conv_out, x, ctx)
     }
 
     /// Decodes `z` (`[B, z_dim, T, h, w]`, already de-normalised) frame by frame with the causal
-    /// cache, calling `on_frame(i, frames)` after latent frame `i` with its decoded frames (before
-    /// un-patchifying). Returns `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2), before the
-    /// final clamp.
+    /// cache, calling `on_frame(i, frames)` after latent frame `i` with its decoded frames
+    /// (channels-last `[B, F, H, W, C]`, before un-patchifying). Returns
+    /// `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2) before the final clamp, as a view of
+    /// channels-last memory (`permute([0, 2, 3, 4, 1])` of it is contiguous).
     pub fn decode(
         &self,
         z: Tensor<5>,
@@ -167,28 +176,30 @@ impl WanDecoder {
         mut on_frame: impl FnMut(usize, &Tensor<5>),
     ) -> Tensor<5> {
         let t = z.dims()[2];
-        let x = self.post_quant_conv.forward(z, None);
+        let x = self
+            .post_quant_conv
+            .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
         let mut cache = FrameCache::default();
         let mut chunks = Vec::with_capacity(t);
         for i in 0..t {
-            let chunk = x.clone().slice(s![.., .., i..i + 1]);
+            let chunk = x.clone().slice(s![.., i..i + 1]);
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
             on_frame(i, &out);
             chunks.push(out);
         }
-        unpatchify(Tensor::cat(chunks, 2), self.patch_size)
+        unpatchify(Tensor::cat(chunks, 1), self.patch_size).permute([0, 4, 1, 2, 3])
     }
 }
 
-/// `[B, C p^2, F, H, W] -> [B, C, F, H p, W p]`: channel `c p^2 + a p + b` is pixel `(b, a)`
+/// `[B, F, H, W, C p^2] -> [B, F, H p, W p, C]`: channel `c p^2 + a p + b` is pixel `(b, a)`
 /// of each `p x p` patch (row offset `b`, column offset `a`).
 pub fn unpatchify(x: Tensor<5>, p: usize) -> Tensor<5> {
     if p == 1 {
         return x;
     }
-    let [b, cp, f, h, w] = x.dims();
+    let [b, f, h, w, cp] = x.dims();
     let c = cp / (p * p);
-    x.reshape([b, c, p, p, f, h, w])
-        .permute([0, 1, 4, 5, 3, 6, 2])
-        .reshape([b, c, f, h * p, w * p])
+    x.reshape([b, f, h, w, c, p, p])
+        .permute([0, 1, 2, 6, 3, 5, 4])
+        .reshape([b, f, h * p, w * p, c])
 }

@@ -1,6 +1,8 @@
 //! The decoder's hyper-parameters: the two published models, the small cross-check models of
 //! `../shared/fixtures/`, and detection from a weight file.
 
+use crate::weights::WeightError;
+
 /// What the decoder looks like. Channel widths are `base_dim * [4, 4, 4, 2, 1]` from the
 /// middle block to the head (`dim_mult = [1, 2, 4, 4]` read backwards).
 #[derive(Clone, Debug, PartialEq)]
@@ -110,10 +112,11 @@ impl WanConfig {
 
     /// Reads the configuration from the shapes in a weight file (diffusers names):
     /// `z_dim` from `post_quant_conv`, widths from `conv_out`, Wan2.2 from its `upsampler` keys.
-    pub fn detect(shape: impl Fn(&str) -> Option<Vec<usize>>) -> Result<Self, String> {
+    pub fn detect(shape: impl Fn(&str) -> Option<Vec<usize>>) -> Result<Self, WeightError> {
         let need = |key: &str| {
-            shape(key)
-                .ok_or_else(|| format!("weights: missing tensor `{key}` (cannot detect the model)"))
+            shape(key).ok_or_else(|| {
+                WeightError::Config(format!("missing tensor `{key}` (cannot detect the model)"))
+            })
         };
         let z_dim = need("post_quant_conv.weight")?[0];
         let conv_out = need("decoder.conv_out.weight")?;

@@ -2,16 +2,16 @@
 //! fused RMSNorm + SiLU op, and writes the frames as PNG images and an animated GIF.
 //!
 //! ```text
-//! cargo run --release --example wan_vae_decode -- [--weights PATH] [--latent PATH |
+//! cargo run --release -p wan-vae -- [--weights PATH] [--latent PATH |
 //!     --frames N --height H --width W] [--dtype bf16|f32] [--unfused] [--out DIR]
 //!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S] [--no-check] [--no-write]
-//!     [--conv burn|matmul] [--no-norm-time]
+//!     [--no-profile] [--save FILE] [--raw-latent] [--conv-table FILE]
 //! ```
-//! It warms up with whole decodes (compilation, Burn's autotuning), times the decode
-//! per latent frame with no extra synchronisation, then decodes once more with a device sync
-//! around every norm call for the time spent in the norm sites (skip with `--no-norm-time`).
-//! `--conv matmul` runs every 3D convolution as a sum of one matmul per kernel tap instead of
-//! Burn's autotuned `conv3d` (see `wan::layers::conv3d_by_matmul`).
+//! It warms up with one whole decode (kernel compilation) and reports when the first latent
+//! frame was decoded after the program started, times the decode per latent frame with no
+//! extra synchronisation, then decodes once more with a device sync around every convolution,
+//! norm and attention call for the breakdown of its time (skip with `--no-profile`).
+//! `--save FILE` writes the unclamped video as f32 `video` to a safetensors file.
 //! After the timed decode it decodes again with the norm sites composed from Burn ops and
 //! prints the largest difference (skip with `--no-check`).
 //! Without `--weights` it builds a random-weight decoder (`--size small` by default: the
@@ -20,16 +20,11 @@
 //! with the model's latent statistics unless `--raw-latent`; otherwise a random latent of
 //! `--frames x --height x --width` is drawn.
 
-mod wan;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
-use wan::config::WanConfig;
-use wan::decoder::WanDecoder;
-use wan::layers::{Ctx, denormalize};
-use wan::weights::Weights;
+use wan_vae::{Ctx, WanConfig, WanDecoder, Weights, denormalize};
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
@@ -117,7 +112,7 @@ fn read_tensor(path: &str, bytes: &[u8], name: &str, device: &Device) -> Option<
             "--latent {path}: `{name}` must be [B, z_dim, T, h, w], got {shape:?}"
         ));
     }
-    let values = wan::weights::to_f32(&view).unwrap_or_else(|other| {
+    let values = wan_vae::weights::to_f32(&view).unwrap_or_else(|other| {
         fail(&format!(
             "--latent {path}: dtype {other:?} (expected F32, F16 or BF16)"
         ))
@@ -194,36 +189,61 @@ fn progress(done: usize, total: usize, elapsed: Duration) {
     }
 }
 
-/// Decodes `z` with a device sync after every latent frame: the video and, per frame, the time
-/// it took and the norm time `ctx` recorded during it.
+/// Decodes `z` with a device sync after every latent frame: the video and each latent frame's
+/// wall time.
 fn timed_decode(
     decoder: &WanDecoder,
     z: Tensor<5>,
     ctx: &Ctx,
     show_progress: bool,
-) -> (Tensor<5>, Vec<(Duration, Duration)>) {
+) -> (Tensor<5>, Vec<Duration>) {
     let latent_frames = z.dims()[2];
     let start = Instant::now();
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
-    let mut norm_before = ctx.norm_time.get();
     if show_progress {
         progress(0, latent_frames, Duration::ZERO);
     }
     let video = decoder.decode(z, ctx, |i, out| {
         out.device().sync().expect("sync");
-        let norm_now = ctx.norm_time.get();
-        per_frame.push((frame_start.elapsed(), norm_now - norm_before));
-        norm_before = norm_now;
+        per_frame.push(frame_start.elapsed());
         frame_start = Instant::now();
         if show_progress {
             progress(i + 1, latent_frames, start.elapsed());
         }
     });
+    // The decode ends when the assembled video is on the device.
+    video.device().sync().expect("sync");
     (video, per_frame)
 }
 
+/// PSNR in dB of `a` against `b` after clamping both to [-1, 1] (peak-to-peak 2).
+fn psnr(a: &[f32], b: &[f32]) -> f64 {
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let d = (x.clamp(-1.0, 1.0) - y.clamp(-1.0, 1.0)) as f64;
+            d * d
+        })
+        .sum::<f64>()
+        / a.len().max(1) as f64;
+    10.0 * (4.0 / mse).log10()
+}
+
+/// Writes the video `[B, 3, F, H, W]` (before the clamp) as f32 `video` in a safetensors file.
+fn save_video(path: &str, video: Tensor<5>) {
+    let shape = video.dims().to_vec();
+    let values = flat(video.permute([0, 1, 2, 3, 4]));
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &bytes)
+        .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
+    safetensors::serialize_to_file([("video", view)], None, std::path::Path::new(path))
+        .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
+}
+
 fn main() {
+    let process_start = Instant::now();
     let (device, device_name) = pick_device();
     let dtype = match arg("--dtype").as_deref() {
         None | Some("f32") => DType::F32,
@@ -231,18 +251,22 @@ fn main() {
         Some(other) => fail(&format!("--dtype must be bf16 or f32, got `{other}`")),
     };
     let fused = !flag("--unfused");
-    match arg("--conv").as_deref() {
-        None | Some("burn") => {}
-        Some("matmul") => wan::layers::use_conv_by_matmul(),
-        Some(other) => fail(&format!("--conv must be burn or matmul, got `{other}`")),
+    if let Some(path) = arg("--conv-table") {
+        // A convolution table fresh from the tuner, tried before it is compiled in.
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| fail(&format!("--conv-table {path}: {e}")));
+        let n = burn_rmsnorm_silu::kernels::conv::table::install(&text)
+            .unwrap_or_else(|e| fail(&format!("--conv-table {path}: {e}")));
+        println!("convolution table: {n} entries from {path}");
     }
     let seed: u64 = number("--seed", 7) as u64;
     let out_dir = arg("--out").unwrap_or_else(|| "wan_vae_out".into());
 
     let (config, mut weights, source) = match arg("--weights") {
         Some(path) => {
-            let weights = Weights::from_file(&path).unwrap_or_else(|e| fail(&e));
-            let config = WanConfig::detect(|k| weights.shape(k)).unwrap_or_else(|e| fail(&e));
+            let weights = Weights::from_file(&path).unwrap_or_else(|e| fail(&e.to_string()));
+            let config =
+                WanConfig::detect(|k| weights.shape(k)).unwrap_or_else(|e| fail(&e.to_string()));
             (config, weights, path)
         }
         None => {
@@ -266,7 +290,8 @@ fn main() {
         }
     };
     let load_start = Instant::now();
-    let decoder = WanDecoder::load(&config, &mut weights, &device, dtype);
+    let decoder = WanDecoder::load(&config, &mut weights, &device, dtype)
+        .unwrap_or_else(|e| fail(&e.to_string()));
     drop(weights);
     let load_time = load_start.elapsed();
 
@@ -325,42 +350,44 @@ fn main() {
         load_time.as_secs_f64()
     );
 
-    // Warm-up: one whole decode as timed below and one as the norm-timed pass (the first,
-    // second and later latent frames run different shapes because of the causal cache, and a
-    // device sync around each norm call changes how Burn's fusion groups the other ops, so
-    // each pass compiles kernels of its own). Then the timed decode with no extra
-    // synchronisation, then (unless --no-norm-time) a decode with a device sync around every
-    // norm call for the time spent in the norm sites.
-    let measure_norms = !flag("--no-norm-time");
+    // Warm-up: one whole decode (the first, second and later latent frames run different
+    // shapes because of the causal cache; each new shape compiles its kernels), then the timed
+    // decode with no extra synchronisation, then (unless --no-profile) a decode with a device
+    // sync around every norm, convolution and attention call for the breakdown.
+    let profile = !flag("--no-profile");
     let warm = Instant::now();
+    let mut first_frame = None;
     let _ = decoder
-        .decode(z.clone(), &Ctx::new(fused, false), |_, _| {})
+        .decode(z.clone(), &Ctx::new(fused, false), |i, out| {
+            if i == 0 {
+                out.device().sync().expect("sync");
+                first_frame = Some(process_start.elapsed());
+            }
+        })
         .into_data();
-    if measure_norms {
-        let _ = decoder
-            .decode(z.clone(), &Ctx::new(fused, true), |_, _| {})
-            .into_data();
-    }
     println!(
-        "warm-up (compiles and tunes kernels): {:.2} s",
-        warm.elapsed().as_secs_f64()
+        "warm-up decode (compiles the kernels): {:.2} s; first latent frame decoded {:.2} s after \
+         the program started",
+        warm.elapsed().as_secs_f64(),
+        first_frame.unwrap_or_default().as_secs_f64()
     );
 
     let ctx = Ctx::new(fused, false);
     let start = Instant::now();
     let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true);
     let total = start.elapsed();
-    let norm_ctx = Ctx::new(fused, true);
-    let norm_per_frame: Vec<Duration> = if measure_norms {
-        let (_, frames) = timed_decode(&decoder, z.clone(), &norm_ctx, false);
-        frames.into_iter().map(|(_, norm)| norm).collect()
+    let profiled = Ctx::new(fused, true);
+    let profiled_total = if profile {
+        let start = Instant::now();
+        let _ = timed_decode(&decoder, z.clone(), &profiled, false);
+        start.elapsed()
     } else {
-        vec![Duration::ZERO; per_frame.len()]
+        Duration::ZERO
     };
     let z_check = z;
     if let Some(path) = arg("--latent") {
-        // A cross-check fixture (`../shared/fixtures/wan*_small/io.safetensors`) also holds
-        // PyTorch's output: compare before the clamp.
+        // A file that also holds PyTorch's output of the same decode (`decoded_unclamped`, as
+        // the cross-check fixtures do): compare before the clamp, and the PSNR after it.
         let bytes = latent_bytes.as_deref().expect("read with --latent");
         if let Some(reference) = read_tensor(&path, bytes, "decoded_unclamped", &device) {
             let (a, b) = (flat(video.clone()), flat(reference));
@@ -370,9 +397,10 @@ fn main() {
                 .zip(&b)
                 .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
             println!(
-                "reference: vs PyTorch's decoded_unclamped, max |difference| / max |reference| \
-                 = {:.2e} ({dtype:?})",
-                worst / scale
+                "reference: vs `decoded_unclamped` of {path}: max |difference| / max |reference| \
+                 = {:.2e}, PSNR {:.2} dB (clamped video, {dtype:?})",
+                worst / scale,
+                psnr(&a, &b)
             );
         }
     }
@@ -392,27 +420,50 @@ fn main() {
             worst / scale
         );
     }
+    if let Some(path) = arg("--save") {
+        save_video(&path, video.clone());
+    }
     let video = video.clamp(-1.0, 1.0);
     let (frames, width, height) = to_rgb(video);
-    for (i, ((t, _), norm)) in per_frame.iter().zip(&norm_per_frame).enumerate() {
-        println!(
-            "latent frame {i}: {:8.2} ms, norm sites {:7.2} ms ({:4.1}%)",
-            t.as_secs_f64() * 1e3,
-            norm.as_secs_f64() * 1e3,
-            100.0 * norm.as_secs_f64() / t.as_secs_f64()
-        );
+    for (i, t) in per_frame.iter().enumerate() {
+        println!("latent frame {i}: {:8.2} ms", t.as_secs_f64() * 1e3);
     }
-    let norm_total = norm_ctx.norm_time.get();
+    let steady: Vec<f64> = per_frame.iter().skip(1).map(|t| t.as_secs_f64()).collect();
+    let steady_ms = if steady.is_empty() {
+        f64::NAN
+    } else {
+        1e3 * steady.iter().sum::<f64>() / steady.len() as f64
+    };
     println!(
-        "decode: {:.3} s for {latent_frames} latent frames ({:.2} ms per frame); {} norm calls \
-         took {:.3} s ({:.1}% of the decode; timed in a second decode with a device sync \
-         around each call)",
+        "decode: {:.3} s for {latent_frames} latent frames ({:.2} ms per frame, {steady_ms:.2} ms \
+         per frame after the first)",
         total.as_secs_f64(),
         total.as_secs_f64() * 1e3 / latent_frames as f64,
-        norm_ctx.norm_calls.get(),
-        norm_total.as_secs_f64(),
-        100.0 * norm_total.as_secs_f64() / total.as_secs_f64()
     );
+    if profile {
+        let share = |d: Duration| 100.0 * d.as_secs_f64() / profiled_total.as_secs_f64();
+        let (n, c, a) = (
+            profiled.norm_time.get(),
+            profiled.conv_time.get(),
+            profiled.attention_time.get(),
+        );
+        let rest = profiled_total.saturating_sub(n + c + a);
+        println!(
+            "breakdown (a second decode, {:.3} s with a device sync around each call): \
+             convolutions {:.3} s ({:.1}%), {} norm calls {:.3} s ({:.1}%), attention {:.3} s \
+             ({:.1}%), the rest {:.3} s ({:.1}%)",
+            profiled_total.as_secs_f64(),
+            c.as_secs_f64(),
+            share(c),
+            profiled.norm_calls.get(),
+            n.as_secs_f64(),
+            share(n),
+            a.as_secs_f64(),
+            share(a),
+            rest.as_secs_f64(),
+            share(rest)
+        );
+    }
     if flag("--no-write") {
         println!(
             "{} frames of {width}x{height} decoded (--no-write: nothing written)",

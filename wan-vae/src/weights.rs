@@ -11,7 +11,73 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::WanConfig;
+use crate::config::WanConfig;
+
+/// What went wrong loading weights; every variant names the file or the tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WeightError {
+    /// The file could not be read.
+    Read { path: String, message: String },
+    /// The file is not a safetensors file.
+    NotSafetensors { path: String, message: String },
+    /// The file has neither naming's first decoder convolution.
+    NotWanDecoder { path: String },
+    /// A tensor is stored in a dtype other than F32, F16 or BF16.
+    Dtype { key: String, dtype: String },
+    /// A tensor the decoder needs is not in the file.
+    Missing {
+        key: String,
+        also: String,
+        path: String,
+    },
+    /// A tensor has another shape than this decoder needs.
+    Shape {
+        key: String,
+        also: String,
+        path: String,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// The file's shapes do not describe a decoder this crate knows.
+    Config(String),
+}
+
+impl std::fmt::Display for WeightError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Read { path, message } => write!(f, "weights: cannot read {path}: {message}"),
+            Self::NotSafetensors { path, message } => {
+                write!(f, "weights: {path} is not a safetensors file: {message}")
+            }
+            Self::NotWanDecoder { path } => write!(
+                f,
+                "weights: {path} has no `decoder.conv_in.weight` (diffusers) or \
+                 `decoder.conv1.weight` (original) tensor: not a Wan VAE decoder"
+            ),
+            Self::Dtype { key, dtype } => write!(
+                f,
+                "weights: `{key}` has dtype {dtype}; expected F32, F16 or BF16"
+            ),
+            Self::Missing { key, also, path } => {
+                write!(f, "weights: missing tensor `{key}`{also} in {path}")
+            }
+            Self::Shape {
+                key,
+                also,
+                path,
+                found,
+                expected,
+            } => write!(
+                f,
+                "weights: tensor `{key}`{also} in {path} has shape {found:?}, expected \
+                 {expected:?} for this decoder"
+            ),
+            Self::Config(message) => write!(f, "weights: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for WeightError {}
 
 /// How the keys of a weight file are spelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,10 +102,15 @@ pub enum Weights {
 
 impl Weights {
     /// Reads every tensor of a safetensors file (F32, F16 or BF16) and detects its naming.
-    pub fn from_file(path: &str) -> Result<Self, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("weights: cannot read {path}: {e}"))?;
-        let file = SafeTensors::deserialize(&bytes)
-            .map_err(|e| format!("weights: {path} is not a safetensors file: {e}"))?;
+    pub fn from_file(path: &str) -> Result<Self, WeightError> {
+        let bytes = std::fs::read(path).map_err(|e| WeightError::Read {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| WeightError::NotSafetensors {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
         let names = file.names();
         // A checkpoint may prefix every key (`vae.`, `first_stage_model.`): find the decoder's
         // first convolution under either naming and strip what precedes it.
@@ -53,22 +124,21 @@ impl Weights {
                         .map(|p| (p.to_string(), Naming::Original))
                 }
             })
-            .ok_or_else(|| {
-                format!(
-                    "weights: {path} has no `decoder.conv_in.weight` (diffusers) or \
-                     `decoder.conv1.weight` (original) tensor: not a Wan VAE decoder"
-                )
+            .ok_or_else(|| WeightError::NotWanDecoder {
+                path: path.to_string(),
             })?;
         let mut tensors = HashMap::new();
         for name in names {
             let Some(key) = name.strip_prefix(prefix.as_str()) else {
                 continue;
             };
-            let view = file
-                .tensor(name)
-                .map_err(|e| format!("weights: `{name}`: {e}"))?;
-            let values = to_f32(&view).map_err(|other| {
-                format!("weights: `{name}` has dtype {other:?}; expected F32, F16 or BF16")
+            let view = file.tensor(name).map_err(|e| WeightError::NotSafetensors {
+                path: path.to_string(),
+                message: format!("`{name}`: {e}"),
+            })?;
+            let values = to_f32(&view).map_err(|other| WeightError::Dtype {
+                key: name.to_string(),
+                dtype: format!("{other:?}"),
             })?;
             tensors.insert(key.to_string(), (values, view.shape().to_vec()));
         }
@@ -120,9 +190,21 @@ impl Weights {
         config: &WanConfig,
         device: &Device,
         dtype: DType,
-    ) -> Result<Tensor<D>, String> {
+    ) -> Result<Tensor<D>, WeightError> {
+        let values = self.values(key, &shape, config)?;
+        let data = TensorData::new(values, shape.to_vec()).convert_dtype(dtype);
+        Ok(Tensor::from_data(data, (device, dtype)))
+    }
+
+    /// The host values (f32, row-major) of the tensor `key` of `shape`; see [`Weights::get`].
+    pub fn values(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        config: &WanConfig,
+    ) -> Result<Vec<f32>, WeightError> {
         let count: usize = shape.iter().product();
-        let values = match self {
+        Ok(match self {
             Weights::File {
                 path,
                 tensors,
@@ -137,17 +219,23 @@ impl Weights {
                 } else {
                     format!(" (original name `{file_key}`)")
                 };
-                let (values, file_shape) = tensors
-                    .get(&file_key)
-                    .ok_or_else(|| format!("weights: missing tensor `{key}`{also} in {path}"))?;
+                let (values, file_shape) =
+                    tensors.get(&file_key).ok_or_else(|| WeightError::Missing {
+                        key: key.to_string(),
+                        also: also.clone(),
+                        path: path.clone(),
+                    })?;
                 let flattened_gamma = key.ends_with(".gamma")
                     && file_shape.first() == shape.first()
                     && file_shape.iter().product::<usize>() == count;
-                if file_shape.as_slice() != shape.as_slice() && !flattened_gamma {
-                    return Err(format!(
-                        "weights: tensor `{key}`{also} in {path} has shape {file_shape:?}, expected \
-                         {shape:?} for this decoder"
-                    ));
+                if file_shape.as_slice() != shape && !flattened_gamma {
+                    return Err(WeightError::Shape {
+                        key: key.to_string(),
+                        also,
+                        path: path.clone(),
+                        found: file_shape.clone(),
+                        expected: shape.to_vec(),
+                    });
                 }
                 values.clone()
             }
@@ -169,9 +257,7 @@ impl Weights {
                 let offset = if key.ends_with(".gamma") { 1.0 } else { 0.0 };
                 (0..count).map(|_| offset + bound * next()).collect()
             }
-        };
-        let data = TensorData::new(values, shape.to_vec()).convert_dtype(dtype);
-        Ok(Tensor::from_data(data, (device, dtype)))
+        })
     }
 }
 

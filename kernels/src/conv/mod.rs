@@ -1,0 +1,313 @@
+//! Stride-1 3D convolutions over channels-last activations on tensor cores: cubek's
+//! implicit-GEMM kernels (`cubek-convolution`), with the configuration of each shape taken
+//! from a table measured on the target GPU instead of a run-time autotune.
+//!
+//! - input `[B, T, H, W, C_in]`, weight `[C_out, kT, kH, kW, C_in]`, bias `[C_out]`, output
+//!   `[B, T', H', W', C_out]`, all with the channel axis contiguous;
+//! - padding is given at the start of each axis; the output's extent sets the end, so a
+//!   causal temporal padding (all of it in front) is `padding[0] = kT - 1` with `T' = T`;
+//!   padded positions read zero by predication (no padded copy);
+//! - [`knobs`]: one launch configuration ([`ConvKnobs`]) and its text form;
+//! - [`table`]: the per-architecture table of measured configurations and its lookup.
+//!
+//! The GEMM view: `M = B T' H' W'` output positions, `N = C_out`, `K = C_in kT kH kW`.
+
+pub mod knobs;
+pub mod table;
+
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::zspace::Shape;
+use cubek::convolution::components::{
+    ConvSetupError, ConvolutionOperation, ConvolutionProblem, Dimensionality,
+};
+use cubek::convolution::definition::{ConvBlueprint, ForwardBlueprint};
+use cubek::convolution::{
+    AcceleratedTileKind, ConvAlgorithm, ConvolutionArgs, ConvolutionInputs, Strategy, launch_ref,
+};
+use cubek::matmul::definition::{AccumulatorOperand, MatmulElems, MatmulGlobalElems};
+use cubek::std::{InputBinding, MatrixLayout};
+
+pub use knobs::ConvKnobs;
+pub use table::{ConvEntry, lookup as lookup_conv};
+
+/// The geometry of one convolution (what the table is keyed by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvShape {
+    pub batch: usize,
+    /// Input `T, H, W`.
+    pub input: [usize; 3],
+    pub c_in: usize,
+    pub c_out: usize,
+    /// Kernel `kT, kH, kW`.
+    pub kernel: [usize; 3],
+    /// Zero padding before each axis.
+    pub padding: [usize; 3],
+    /// Output `T', H', W'`.
+    pub output: [usize; 3],
+}
+
+impl ConvShape {
+    /// The GEMM's M: output positions.
+    pub fn rows(&self) -> usize {
+        self.batch * self.output.iter().product::<usize>()
+    }
+
+    /// The GEMM's K: input channels times kernel taps.
+    pub fn reduction(&self) -> usize {
+        self.c_in * self.kernel.iter().product::<usize>()
+    }
+
+    /// Multiply-adds times two.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.rows() as f64 * self.c_out as f64 * self.reduction() as f64
+    }
+
+    /// Checks that the padding and output extents describe a stride-1 convolution of the
+    /// input: every output position's window starts inside `[-padding, input)`, and the
+    /// implied end padding is at most the kernel extent minus one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.batch == 0 || self.c_in == 0 || self.c_out == 0 {
+            return Err(format!("conv: empty batch or channels in {self:?}"));
+        }
+        for axis in 0..3 {
+            let (i, k, p, o) = (
+                self.input[axis],
+                self.kernel[axis],
+                self.padding[axis],
+                self.output[axis],
+            );
+            if k == 0 || o == 0 || i == 0 {
+                return Err(format!("conv: axis {axis} has a zero extent in {self:?}"));
+            }
+            if p >= k {
+                return Err(format!(
+                    "conv: axis {axis} padding {p} must be below the kernel extent {k}"
+                ));
+            }
+            // The end padding the output implies: `o = i + p + end - k + 1`.
+            let end = (o + k - 1) as isize - (i + p) as isize;
+            if end < 0 || end >= k as isize {
+                return Err(format!(
+                    "conv: axis {axis}: output {o} does not fit input {i}, kernel {k}, padding {p}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a convolution's kernel is configured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ConvChoice {
+    /// A configuration of this module's table (or given by hand).
+    Knobs(ConvKnobs),
+    /// cubek's own selection for its sync-loading wmma routine (what Burn's implicit GEMM
+    /// runs without autotune): the fallback for shapes the table does not cover.
+    Inferred,
+}
+
+impl std::fmt::Display for ConvChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConvChoice::Knobs(k) => write!(f, "{k}"),
+            ConvChoice::Inferred => f.write_str("inferred"),
+        }
+    }
+}
+
+/// The table's configuration for `shape` on a device of compute capability `sm` (x 10),
+/// else [`ConvChoice::Inferred`].
+pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
+    sm.and_then(|sm| lookup_conv(sm, shape))
+        .map_or(ConvChoice::Inferred, |e| ConvChoice::Knobs(e.knobs))
+}
+
+fn problem(
+    input: &TensorBinding,
+    weight: &TensorBinding,
+    out: &TensorBinding,
+    shape: &ConvShape,
+    elem: ElemType,
+) -> ConvolutionProblem {
+    let address_type = AddressType::from_len(
+        (input.handle.size() as usize)
+            .max(weight.handle.size() as usize)
+            .max(out.handle.size() as usize)
+            / elem.size(),
+    );
+    ConvolutionProblem {
+        m: shape.rows(),
+        n: shape.c_out,
+        k: shape.reduction(),
+        lhs_strides: input.strides.clone(),
+        rhs_strides: weight.strides.clone(),
+        lhs_layout: MatrixLayout::RowMajor,
+        rhs_layout: MatrixLayout::ColMajor,
+        kernel_size: shape.kernel.iter().map(|&k| k as u32).collect(),
+        stride: vec![1; 3],
+        padding: shape.padding.iter().map(|&p| p as i32).collect(),
+        dilation: vec![1; 3],
+        batches: shape.batch,
+        in_shape: Shape::new(shape.input),
+        out_shape: Shape::new(shape.output),
+        channels: shape.c_in,
+        out_channels: shape.c_out,
+        padded_channels: shape.c_in,
+        operation: ConvolutionOperation::Forward,
+        dimensionality: Dimensionality::Dim3,
+        global_dtypes: MatmulGlobalElems {
+            lhs: elem,
+            rhs: elem,
+            out: elem,
+        },
+        address_type,
+    }
+}
+
+/// The widest load (in elements, at most 16 bytes) that divides `channels`.
+fn vector_for(channels: usize, elem: ElemType) -> usize {
+    let mut v = (16 / elem.size()).max(1);
+    while v > 1 && !channels.is_multiple_of(v) {
+        v /= 2;
+    }
+    v
+}
+
+/// Launches the convolution `shape` on `client`: `input`, `weight`, `bias` and `out` as the
+/// module docs lay them out, all of element type `elem` (f32 accumulation inside).
+///
+/// # Errors
+/// cubek's refusal of the configuration (a tiling that does not fit the device or the shape,
+/// or a device without tensor cores such as the CubeCL CPU runtime).
+pub fn launch_conv(
+    client: &Client,
+    input: TensorBinding,
+    weight: TensorBinding,
+    bias: Option<TensorBinding>,
+    out: TensorBinding,
+    elem: ElemType,
+    shape: &ConvShape,
+    choice: &ConvChoice,
+) -> Result<(), ConvSetupError> {
+    let strategy = match choice {
+        ConvChoice::Inferred => Strategy::Inferred {
+            algorithm: ConvAlgorithm::SimpleSyncCyclic,
+            tile_kind: AcceleratedTileKind::Cmma,
+        },
+        ConvChoice::Knobs(knobs) => {
+            let problem = problem(&input, &weight, &out, shape, elem);
+            let hardware = &client.properties().hardware;
+            // cubek's stage element is bf16/f16 for 2-byte inputs (f32 becomes tf32, 4 bytes).
+            let matmul = knobs.blueprint(
+                &problem.as_matmul_problem(if bias.is_some() {
+                    AccumulatorOperand::Present
+                } else {
+                    AccumulatorOperand::Absent
+                }),
+                hardware.plane_size_max,
+                hardware.num_streaming_multiprocessors,
+                elem.size(),
+                vector_for(shape.c_in, elem),
+            );
+            Strategy::Forced {
+                algorithm: knobs.algorithm,
+                blueprint: ConvBlueprint::Forward(ForwardBlueprint {
+                    matmul,
+                    dimensionality: Dimensionality::Dim3,
+                    has_bias: bias.is_some(),
+                }),
+            }
+        }
+    };
+    let dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: elem,
+        rhs: elem,
+        out: elem,
+    });
+    launch_ref::<3>(
+        &strategy,
+        client,
+        ConvolutionInputs::Forward {
+            input: InputBinding::new(input, elem),
+            weight: InputBinding::new(weight, elem),
+            bias: bias.map(|b| InputBinding::new(b, elem)),
+            out,
+        },
+        ConvolutionArgs {
+            stride: [1; 3],
+            padding: shape.padding,
+            dilation: [1; 3],
+        },
+        dtypes,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(
+        input: [usize; 3],
+        kernel: [usize; 3],
+        padding: [usize; 3],
+        output: [usize; 3],
+    ) -> ConvShape {
+        ConvShape {
+            batch: 1,
+            input,
+            c_in: 96,
+            c_out: 96,
+            kernel,
+            padding,
+            output,
+        }
+    }
+
+    #[test]
+    fn causal_and_same_padding_validate() {
+        // First chunk: one frame, two frames of zeros in front.
+        assert!(
+            shape([1, 60, 104], [3, 3, 3], [2, 1, 1], [1, 60, 104])
+                .validate()
+                .is_ok()
+        );
+        // Later chunk: two cached frames and the new one, no temporal padding.
+        assert!(
+            shape([3, 60, 104], [3, 3, 3], [0, 1, 1], [1, 60, 104])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            shape([1, 8, 8], [1, 1, 1], [0, 0, 0], [1, 8, 8])
+                .validate()
+                .is_ok()
+        );
+        let s = shape([1, 8, 8], [3, 3, 3], [2, 1, 1], [1, 8, 8]);
+        assert_eq!((s.rows(), s.reduction()), (64, 96 * 27));
+    }
+
+    #[test]
+    fn impossible_geometry_is_refused() {
+        assert!(
+            shape([1, 8, 8], [3, 3, 3], [3, 1, 1], [1, 8, 8])
+                .validate()
+                .is_err()
+        );
+        assert!(
+            shape([1, 8, 8], [3, 3, 3], [2, 1, 1], [4, 8, 8])
+                .validate()
+                .is_err()
+        );
+        assert!(
+            shape([1, 8, 8], [3, 3, 3], [2, 1, 1], [1, 11, 8])
+                .validate()
+                .is_err()
+        );
+        assert!(
+            shape([1, 0, 8], [3, 3, 3], [2, 1, 1], [1, 1, 8])
+                .validate()
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Single-head attention (the Wan decoder's middle block): cubek's flash attention on CUDA (the H W x H W
+//! score matrix is never stored), Burn's `attention` elsewhere.
+//!
+//! Burn runs its flash kernels only through its autotune; without Burn's autotune (the GPU
+//! build) its default is the unfused fallback, so CubeCL backends call the flash routine
+//! directly here. Its tiles are f16 (bf16 inputs are converted), with f32 accumulation.
+
+#![allow(deprecated)]
+
+use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
+use burn::tensor::Tensor;
+use burn::tensor::ops::AttentionModuleOptions;
+
+/// Backends that run [`attention`]; the default body is Burn's own `attention`.
+#[backend_extension(
+    Cube: cfg(any(feature = "cuda", feature = "cpu")),
+    Fusion,
+    Flex,
+    NdArray: cfg(feature = "ndarray")
+)]
+pub trait AttentionBackend: Backend {
+    #[fusion(dtype = q, shape = q)]
+    fn attention_one_head(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::attention(q, k, v, None, None, AttentionModuleOptions::default())
+    }
+}
+
+impl AttentionBackend for burn::backend::Flex {}
+
+#[cfg(feature = "ndarray")]
+impl AttentionBackend for burn::backend::NdArray {}
+
+/// `softmax(q k^T / sqrt(D)) v` for `[B, 1, S, D]` tensors of the same shape.
+pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    assert!(
+        q.dims() == k.dims() && k.dims() == v.dims(),
+        "single_head_attention: q, k and v must have the same shape, got {:?}, {:?}, {:?}",
+        q.dims(),
+        k.dims(),
+        v.dims()
+    );
+    Tensor::from_dispatch(<Dispatch as AttentionBackend>::attention_one_head(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+    ))
+}
+
+#[cfg(any(feature = "cuda", feature = "cpu"))]
+mod cube {
+    use burn::tensor::ops::AttentionModuleOptions;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::attention::{AttentionStrategy, attention, flash_attention};
+    use burn_cubecl::tensor::CubeTensor;
+    use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
+    use rmsnorm_silu_kernels::cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
+
+    use super::AttentionBackend;
+
+    /// Planes per cube for the flash routine, tried in turn (for one head of 384 channels only
+    /// some divide the tile; cubek refuses the others).
+    const PLANES: [u8; 3] = [4, 2, 8];
+
+    impl AttentionBackend for CubeBackend {
+        fn attention_one_head(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
+            let options = AttentionModuleOptions::default();
+            if q.client.properties().hardware.plane_size_max >= 32 {
+                for num_planes in PLANES {
+                    let strategy = Strategy::BlackboxAccelerated(BlueprintStrategy::Inferred(
+                        BlackboxAcceleratedStrategy {
+                            num_planes,
+                            seq_q: 1,
+                            seq_kv: 1,
+                        },
+                    ));
+                    let flash = flash_attention(
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        None,
+                        None,
+                        options,
+                        strategy,
+                    );
+                    match flash {
+                        Ok(out) => return out,
+                        Err(e) => log::debug!("flash attention, {num_planes} planes: {e:?}"),
+                    }
+                }
+                log::warn!("flash attention refused every plane count; unfused attention");
+            }
+            attention(q, k, v, None, None, options, AttentionStrategy::Fallback)
+                .expect("the unfused attention always runs")
+        }
+    }
+}

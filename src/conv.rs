@@ -1,0 +1,578 @@
+//! Channels-last 3D convolutions for the Wan decoder's layers: on CUDA, cubek's
+//! implicit-GEMM kernel on tensor cores with a configuration from the measured table
+//! (`rmsnorm_silu_kernels::conv`); elsewhere (the CubeCL CPU runtime, Flex, NdArray) Burn's
+//! own `conv3d` on the same memory, which costs no copy either: Burn's CubeCL convolutions
+//! take channels-last memory presented as `[B, C, T, H, W]` through strides.
+
+// The macro-generated dispatch names the deprecated NdArray backend.
+#![allow(deprecated)]
+
+use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
+use burn::tensor::Tensor;
+use burn::tensor::ops::ConvOptions;
+
+/// Zero padding `(before, after)` of the `T`, `H` and `W` axes. A causal convolution puts all
+/// of its temporal padding before: `ConvPadding::causal(k_t - 1, pad)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConvPadding {
+    pub t: (usize, usize),
+    pub h: (usize, usize),
+    pub w: (usize, usize),
+}
+
+impl ConvPadding {
+    /// `frames` zero frames in front, `spatial` zeros on every side of H and W.
+    pub fn causal(frames: usize, spatial: usize) -> Self {
+        Self {
+            t: (frames, 0),
+            h: (spatial, spatial),
+            w: (spatial, spatial),
+        }
+    }
+
+    fn pairs(&self) -> [(usize, usize); 3] {
+        [self.t, self.h, self.w]
+    }
+}
+
+/// The most phases a [`Phases`] grid holds (2 x 2 pixels, or 2 frames).
+pub const MAX_PHASES: usize = 4;
+
+/// An output grid `factor` times finer than one convolution's output along T, H and W, filled
+/// by `factor[0] * factor[1] * factor[2]` convolutions of the same input ("phases"), each with
+/// its own weights, bias and padding: phase `(a_t, a_h, a_w)` (numbered row-major) writes
+/// output position `(f_t t + a_t, f_h h + a_h, f_w w + a_w)` of the finer grid.
+///
+/// It is how the decoder's resamplers run without copies: nearest x2 upsampling followed by a
+/// 3x3 convolution equals four 2x2 convolutions of the low-resolution input (a sub-pixel
+/// decomposition: 16 multiply-adds per output and channel pair instead of 36, and no upsampled
+/// tensor), and a time convolution whose two channel halves interleave into twice the frames is
+/// two convolutions writing alternate frames (no interleaving copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phases {
+    pub factor: [usize; 3],
+    /// Each phase's zero padding; entries past the phase count are ignored.
+    pub padding: [ConvPadding; MAX_PHASES],
+}
+
+impl Phases {
+    /// The number of phases (convolutions).
+    pub fn count(&self) -> usize {
+        self.factor.iter().product()
+    }
+
+    /// Phase `p`'s offsets `(a_t, a_h, a_w)` in the finer grid.
+    pub fn offsets(&self, p: usize) -> [usize; 3] {
+        let [_, fh, fw] = self.factor;
+        [p / (fh * fw), (p / fw) % fh, p % fw]
+    }
+
+    /// Nearest x2 upsampling of H and W followed by a 3x3 convolution with padding 1, as four
+    /// 2x2 convolutions of the input (weights from [`fold_upsample2x_weights`]): phase `a` of an
+    /// axis reads input rows `(i - 1, i)` when `a = 0` and `(i, i + 1)` when `a = 1`.
+    pub fn upsample2x() -> Self {
+        let side = |a: usize| if a == 0 { (1, 0) } else { (0, 1) };
+        let mut padding = [ConvPadding::default(); MAX_PHASES];
+        for (p, pad) in padding.iter_mut().enumerate() {
+            pad.h = side(p / 2);
+            pad.w = side(p % 2);
+        }
+        Self {
+            factor: [1, 2, 2],
+            padding,
+        }
+    }
+
+    /// Two output frames per output frame of a convolution: phase `j`'s weights are the `j`-th
+    /// half of the output channels, and both phases use `padding`.
+    pub fn frames2x(padding: ConvPadding) -> Self {
+        Self {
+            factor: [2, 1, 1],
+            padding: [padding; MAX_PHASES],
+        }
+    }
+}
+
+/// The four 2x2 kernels of [`Phases::upsample2x`] from a 3x3 kernel: `weight` holds
+/// `[C_out, 1, 3, 3, C_in]` values (the channels-last weight layout); the result holds
+/// `[4, C_out, 1, 2, 2, C_in]`. Each 2x2 tap sums the 3x3 taps that read the same input pixel
+/// once the input is upsampled (in f32; round to the run's dtype afterwards).
+pub fn fold_upsample2x_weights(weight: &[f32], c_out: usize, c_in: usize) -> Vec<f32> {
+    assert_eq!(
+        weight.len(),
+        c_out * 9 * c_in,
+        "fold_upsample2x_weights: `weight` must hold C_out * 3 * 3 * C_in values"
+    );
+    // For phase a of an axis, the 3x3 taps that fall on 2x2 tap 0 and tap 1.
+    const TAPS: [[&[usize]; 2]; 2] = [[&[0], &[1, 2]], [&[0, 1], &[2]]];
+    let mut out = vec![0.0f32; 4 * c_out * 4 * c_in];
+    for p in 0..4 {
+        let (ah, aw) = (p / 2, p % 2);
+        for o in 0..c_out {
+            for ky in 0..2 {
+                for kx in 0..2 {
+                    let dst = (((p * c_out + o) * 2 + ky) * 2 + kx) * c_in;
+                    for &sy in TAPS[ah][ky] {
+                        for &sx in TAPS[aw][kx] {
+                            let src = ((o * 3 + sy) * 3 + sx) * c_in;
+                            for i in 0..c_in {
+                                out[dst + i] += weight[src + i];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The output shape `[B, f_t T', f_h H', f_w W', C_out]` of [`conv3d_channels_last_phases`],
+/// or what is wrong.
+pub fn phased_output_shape(
+    x: &[usize],
+    weights: &[usize],
+    bias: &[usize],
+    phases: &Phases,
+) -> Result<[usize; 5], String> {
+    let count = phases.count();
+    if count == 0 || count > MAX_PHASES {
+        return Err(format!(
+            "`phases` must have 1 to {MAX_PHASES} phases, got factor {:?}",
+            phases.factor
+        ));
+    }
+    if weights.len() != 6 || weights[0] != count {
+        return Err(format!(
+            "`weights` must be [{count}, C_out, kT, kH, kW, C_in] (one kernel per phase), got \
+             {weights:?}"
+        ));
+    }
+    if bias != [count, weights[1]] {
+        return Err(format!(
+            "`bias` must be [{count}, {}] (one per phase and output channel), got {bias:?}",
+            weights[1]
+        ));
+    }
+    let first = conv_output_shape(x, &weights[1..], &phases.padding[0])?;
+    for p in 1..count {
+        let other = conv_output_shape(x, &weights[1..], &phases.padding[p])?;
+        if other != first {
+            return Err(format!(
+                "phase {p}'s output {other:?} differs from phase 0's {first:?} (paddings {:?})",
+                &phases.padding[..count]
+            ));
+        }
+    }
+    let [ft, fh, fw] = phases.factor;
+    Ok([
+        first[0],
+        first[1] * ft,
+        first[2] * fh,
+        first[3] * fw,
+        first[4],
+    ])
+}
+
+/// The output shape `[B, T', H', W', C_out]` of a stride-1 convolution, or what is wrong.
+pub fn conv_output_shape(
+    x: &[usize],
+    weight: &[usize],
+    padding: &ConvPadding,
+) -> Result<[usize; 5], String> {
+    let [b, t, h, w, c_in] = x
+        .try_into()
+        .map_err(|_| format!("`x` must be 5-D, got {x:?}"))?;
+    let [c_out, kt, kh, kw, wc] = weight
+        .try_into()
+        .map_err(|_| format!("`weight` must be 5-D, got {weight:?}"))?;
+    if wc != c_in {
+        return Err(format!(
+            "`weight` [C_out, kT, kH, kW, C_in] = {weight:?} must have C_in = {c_in} (the last \
+             axis of `x`, shape {x:?})"
+        ));
+    }
+    let mut out = [b, 0, 0, 0, c_out];
+    for (axis, ((size, k), (before, after))) in [(t, kt), (h, kh), (w, kw)]
+        .into_iter()
+        .zip(padding.pairs())
+        .enumerate()
+    {
+        let padded = size + before + after;
+        if k == 0 || padded < k || before >= k || after >= k {
+            return Err(format!(
+                "axis {} of `x` ({size} with padding ({before}, {after})) does not fit a kernel \
+                 of {k} (padding must be below the kernel extent)",
+                axis + 1
+            ));
+        }
+        out[axis + 1] = padded - k + 1;
+    }
+    Ok(out)
+}
+
+/// Backends that run [`conv3d_channels_last`]. The default body is Burn's `conv3d` on the
+/// same memory (a stride permutation, no copy on CubeCL backends).
+#[backend_extension(
+    Cube: cfg(any(feature = "cuda", feature = "cpu")),
+    Fusion,
+    Flex,
+    NdArray: cfg(feature = "ndarray")
+)]
+pub trait ConvBackend: Backend {
+    #[fusion(dtype = x, shape = {
+        let out = conv_output_shape(x, weight, padding).expect("checked by conv3d_channels_last");
+        burn::tensor::Shape::new(out)
+    })]
+    fn conv3d_channels_last(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: ConvPadding,
+    ) -> FloatTensor<Self> {
+        burn_conv3d::<Self>(x, weight, bias, padding)
+    }
+
+    #[fusion(dtype = x, shape = {
+        let out = phased_output_shape(x, weights, bias, &phases)
+            .expect("checked by conv3d_channels_last_phases");
+        burn::tensor::Shape::new(out)
+    })]
+    fn conv3d_channels_last_phases(
+        x: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        phases: Phases,
+    ) -> FloatTensor<Self> {
+        burn_conv3d_phases::<Self>(x, weights, bias, phases)
+    }
+}
+
+impl ConvBackend for burn::backend::Flex {}
+
+#[cfg(feature = "ndarray")]
+impl ConvBackend for burn::backend::NdArray {}
+
+/// Burn's own `conv3d` on channels-last tensors (permuted views in, a permuted view out).
+pub(crate) fn burn_conv3d<B: Backend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    padding: ConvPadding,
+) -> FloatTensor<B> {
+    let x = B::float_permute(x, &[0, 4, 1, 2, 3]);
+    let weight = B::float_permute(weight, &[0, 4, 1, 2, 3]);
+    let options = ConvOptions::new_with_padding([1; 3], padding.pairs(), [1; 3], 1);
+    let y = B::conv3d(x, weight, Some(bias), options);
+    B::float_permute(y, &[0, 2, 3, 4, 1])
+}
+
+/// [`Phases`] with Burn ops: one convolution per phase, then the phases interleaved (a copy;
+/// the CUDA path writes each phase in place instead).
+pub(crate) fn burn_conv3d_phases<B: Backend>(
+    x: FloatTensor<B>,
+    weights: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    phases: Phases,
+) -> FloatTensor<B> {
+    use burn::backend::TensorMetadata;
+    use burn::tensor::{Shape, Slice};
+    let w = weights.shape().dims::<6>();
+    let count = phases.count();
+    let outs: Vec<FloatTensor<B>> = (0..count)
+        .map(|p| {
+            let mut slices = [Slice::full(); 6];
+            slices[0] = Slice::from(p..p + 1);
+            let weight = B::float_reshape(
+                B::float_slice(weights.clone(), &slices),
+                Shape::new([w[1], w[2], w[3], w[4], w[5]]),
+            );
+            let b = B::float_reshape(
+                B::float_slice(bias.clone(), &slices[..2]),
+                Shape::new([w[1]]),
+            );
+            let y = burn_conv3d::<B>(x.clone(), weight, b, phases.padding[p]);
+            let [n, t, h, wd, c] = y.shape().dims::<5>();
+            B::float_reshape(y, Shape::new([1, n, t, h, wd, c]))
+        })
+        .collect();
+    let [n, t, h, wd, c] = {
+        let s = outs[0].shape().dims::<6>();
+        [s[1], s[2], s[3], s[4], s[5]]
+    };
+    let [ft, fh, fw] = phases.factor;
+    let stacked = B::float_reshape(
+        B::float_cat(outs, 0),
+        Shape::new([ft, fh, fw, n, t, h, wd, c]),
+    );
+    let grid = B::float_permute(stacked, &[3, 4, 0, 5, 1, 6, 2, 7]);
+    B::float_reshape(grid, Shape::new([n, t * ft, h * fh, wd * fw, c]))
+}
+
+/// [`Phases`] convolutions of channels-last `x` (`[B, T, H, W, C_in]`): `weights` is
+/// `[P, C_out, kT, kH, kW, C_in]` and `bias` `[P, C_out]`, one of each per phase; the result
+/// is `[B, f_t T', f_h H', f_w W', C_out]`, each phase's output interleaved into it. On CUDA
+/// each phase is one implicit-GEMM launch writing its positions of the result in place.
+///
+/// # Panics
+/// With a message naming the argument when the shapes do not fit together (see
+/// [`phased_output_shape`]) or the dtypes or devices differ.
+pub fn conv3d_channels_last_phases(
+    x: Tensor<5>,
+    weights: Tensor<6>,
+    bias: Tensor<2>,
+    phases: Phases,
+) -> Tensor<5> {
+    phased_output_shape(&x.dims(), &weights.dims(), &bias.dims(), &phases)
+        .unwrap_or_else(|e| panic!("conv3d_channels_last_phases: {e}"));
+    same_dtype_and_device(
+        "conv3d_channels_last_phases",
+        &x,
+        [
+            ("weights", weights.dtype(), weights.device()),
+            ("bias", bias.dtype(), bias.device()),
+        ],
+    );
+    Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last_phases(
+        x.into_dispatch(),
+        weights.into_dispatch(),
+        bias.into_dispatch(),
+        phases,
+    ))
+}
+
+fn same_dtype_and_device(
+    op: &str,
+    x: &Tensor<5>,
+    others: [(&str, burn::tensor::DType, burn::tensor::Device); 2],
+) {
+    let device = x.device();
+    for (name, dtype, d) in others {
+        assert!(
+            dtype == x.dtype(),
+            "{op}: `{name}` must have the dtype of `x` ({:?}), got {dtype:?}",
+            x.dtype()
+        );
+        assert!(
+            d == device,
+            "{op}: `{name}` must be on the device of `x` ({device:?}), got {d:?}"
+        );
+    }
+}
+
+/// A stride-1 3D convolution of channels-last `x` (`[B, T, H, W, C_in]`) with `weight`
+/// (`[C_out, kT, kH, kW, C_in]`, the layout cubek reads; PyTorch's `[C_out, C_in, kT, kH, kW]`
+/// permuted once at load time) and `bias` (`[C_out]`): `[B, T', H', W', C_out]`, channels
+/// contiguous. 2D and 1x1 convolutions are the cases `kT = 1` (and `kH = kW = 1`).
+///
+/// On CUDA it runs cubek's implicit GEMM on tensor cores (bf16 / f16 via `mma.sync` or wmma,
+/// f32 through tf32) in the configuration the measured table gives for the shape
+/// (`kernels/lut/sm90_conv.txt`), else cubek's own selection; padded positions read zero by
+/// predication. Elsewhere Burn's `conv3d`.
+///
+/// # Panics
+/// With a message naming the argument when the shapes do not fit together (see
+/// [`conv_output_shape`]), the dtypes differ, or the tensors are on different devices.
+pub fn conv3d_channels_last(
+    x: Tensor<5>,
+    weight: Tensor<5>,
+    bias: Tensor<1>,
+    padding: ConvPadding,
+) -> Tensor<5> {
+    let out = conv_output_shape(&x.dims(), &weight.dims(), &padding)
+        .unwrap_or_else(|e| panic!("conv3d_channels_last: {e}"));
+    let [bias_len] = bias.dims();
+    assert!(
+        bias_len == out[4],
+        "conv3d_channels_last: `bias` must have length C_out = {}, got {bias_len}",
+        out[4]
+    );
+    same_dtype_and_device(
+        "conv3d_channels_last",
+        &x,
+        [
+            ("weight", weight.dtype(), weight.device()),
+            ("bias", bias.dtype(), bias.device()),
+        ],
+    );
+    Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        padding,
+    ))
+}
+
+#[cfg(any(feature = "cuda", feature = "cpu"))]
+mod cube {
+    use burn::backend::TensorMetadata;
+    use burn::tensor::{DType, Shape};
+    use burn_cubecl::{
+        CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
+        tensor::CubeTensor,
+    };
+    use rmsnorm_silu_kernels::conv::{ConvChoice, ConvShape, launch_conv, select_conv};
+    use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
+    use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
+    use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
+    use rmsnorm_silu_kernels::select::device_sm;
+
+    use super::{
+        ConvBackend, ConvPadding, Phases, burn_conv3d, burn_conv3d_phases, conv_output_shape,
+        phased_output_shape,
+    };
+
+    impl ConvBackend for CubeBackend {
+        fn conv3d_channels_last(
+            x: CubeTensor,
+            weight: CubeTensor,
+            bias: CubeTensor,
+            padding: ConvPadding,
+        ) -> CubeTensor {
+            let out_dims = conv_output_shape(&x.shape(), &weight.shape(), &padding)
+                .expect("checked by conv3d_channels_last");
+            let phases = Phases {
+                factor: [1, 1, 1],
+                padding: [padding; super::MAX_PHASES],
+            };
+            match implicit_gemm(&x, &weight, &bias, &phases, out_dims) {
+                Some(out) => out,
+                None => burn_conv3d::<Self>(x, weight, bias, padding),
+            }
+        }
+
+        fn conv3d_channels_last_phases(
+            x: CubeTensor,
+            weights: CubeTensor,
+            bias: CubeTensor,
+            phases: Phases,
+        ) -> CubeTensor {
+            let out_dims =
+                phased_output_shape(&x.shape(), &weights.shape(), &bias.shape(), &phases)
+                    .expect("checked by conv3d_channels_last_phases");
+            match implicit_gemm(&x, &weights, &bias, &phases, out_dims) {
+                Some(out) => out,
+                None => burn_conv3d_phases::<Self>(x, weights, bias, phases),
+            }
+        }
+    }
+
+    fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+        let mut strides = vec![1; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        strides
+    }
+
+    /// A view of `t`'s buffer: `shape` with `strides`, starting `offset` elements in.
+    fn view(t: &CubeTensor, offset: usize, shape: &[usize], strides: &[usize]) -> TensorBinding {
+        let bytes = (offset * t.dtype.size()) as u64;
+        unsafe {
+            TensorBinding::from_raw_parts(
+                t.handle.clone().offset_start(bytes),
+                Strides::new(strides),
+                ZShape::from(shape.to_vec()),
+            )
+        }
+    }
+
+    /// cubek's implicit GEMM, one launch per phase (the table's configuration, else cubek's
+    /// own), each writing its positions of one dense `out_dims` result; or None where it does
+    /// not run: no tensor cores (the CubeCL CPU runtime's planes of one), a dtype other than
+    /// f32 / f16 / bf16, or a refused configuration (logged).
+    fn implicit_gemm(
+        x: &CubeTensor,
+        weights: &CubeTensor,
+        bias: &CubeTensor,
+        phases: &Phases,
+        out_dims: [usize; 5],
+    ) -> Option<CubeTensor> {
+        let client = &x.client;
+        if client.properties().hardware.plane_size_max < 32 {
+            return None;
+        }
+        let elem = match x.dtype {
+            DType::F32 => ElemType::Float(FloatKind::F32),
+            DType::F16 => ElemType::Float(FloatKind::F16),
+            DType::BF16 => ElemType::Float(FloatKind::BF16),
+            _ => return None,
+        };
+        // Weights and bias are read as dense blocks, one per phase.
+        let weights = into_contiguous(weights.clone());
+        let bias = into_contiguous(bias.clone());
+        let dims = x.shape().to_vec();
+        let wdims = weights.shape().to_vec();
+        // [C_out, kT, kH, kW, C_in], after the phase axis when there is one.
+        let kernel_dims: Vec<usize> = wdims[wdims.len() - 5..].to_vec();
+        let per_phase = kernel_dims.iter().product::<usize>();
+        let c_out = kernel_dims[0];
+        let out = empty_device_contiguous_dtype(
+            client.clone(),
+            x.device.clone(),
+            Shape::new(out_dims),
+            x.dtype,
+        );
+        let out_strides = contiguous_strides(&out_dims);
+        let [ft, fh, fw] = phases.factor;
+        let phase_dims = [
+            out_dims[0],
+            out_dims[1] / ft,
+            out_dims[2] / fh,
+            out_dims[3] / fw,
+            out_dims[4],
+        ];
+        let phase_strides = [
+            out_strides[0],
+            out_strides[1] * ft,
+            out_strides[2] * fh,
+            out_strides[3] * fw,
+            1,
+        ];
+        let sm = device_sm(client);
+        for p in 0..phases.count() {
+            let padding = phases.padding[p];
+            let shape = ConvShape {
+                batch: dims[0],
+                input: [dims[1], dims[2], dims[3]],
+                c_in: dims[4],
+                c_out,
+                kernel: [kernel_dims[1], kernel_dims[2], kernel_dims[3]],
+                padding: [padding.t.0, padding.h.0, padding.w.0],
+                output: [phase_dims[1], phase_dims[2], phase_dims[3]],
+            };
+            let [at, ah, aw] = phases.offsets(p);
+            let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
+            let choice = select_conv(sm, &shape);
+            let mut tried = vec![choice];
+            if choice != ConvChoice::Inferred {
+                tried.push(ConvChoice::Inferred);
+            }
+            let launched = tried.into_iter().any(|choice| {
+                let result = launch_conv(
+                    client,
+                    x.clone().binding(),
+                    view(
+                        &weights,
+                        p * per_phase,
+                        &kernel_dims,
+                        &contiguous_strides(&kernel_dims),
+                    ),
+                    Some(view(&bias, p * c_out, &[c_out], &[1])),
+                    view(&out, out_offset, &phase_dims, &phase_strides),
+                    elem,
+                    &shape,
+                    &choice,
+                );
+                if let Err(e) = &result {
+                    log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e:?}");
+                }
+                result.is_ok()
+            });
+            if !launched {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}

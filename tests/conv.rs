@@ -1,0 +1,339 @@
+//! `conv3d_channels_last` against an f64 host convolution: causal temporal padding (first
+//! chunk: zeros in front; later chunks: none), 3x3x3, 3x1x1, 1x3x3 and 1x1x1 kernels, odd
+//! channel counts, f32 and bf16; and its argument errors. On CUDA this runs cubek's implicit
+//! GEMM (tf32 for f32 inputs), on the CPU runtime Burn's own convolution.
+
+use burn::tensor::DType;
+use burn_rmsnorm_silu::{
+    ConvPadding, Phases, conv3d_channels_last, conv3d_channels_last_phases, fold_upsample2x_weights,
+};
+
+use crate::common::*;
+
+/// `y[b, t, h, w, o] = bias[o] + sum x[b, t + dt - pt, h + dh - ph, w + dw - pw, i] w[o, dt, dh, dw, i]`.
+fn reference(
+    x: &[f64],
+    xs: [usize; 5],
+    w: &[f64],
+    ws: [usize; 5],
+    bias: &[f64],
+    padding: ConvPadding,
+) -> (Vec<f64>, [usize; 5]) {
+    let [b, t, h, wd, ci] = xs;
+    let [co, kt, kh, kw, _] = ws;
+    let (pt, ph, pw) = (padding.t, padding.h, padding.w);
+    let out_t = t + pt.0 + pt.1 + 1 - kt;
+    let out_h = h + ph.0 + ph.1 + 1 - kh;
+    let out_w = wd + pw.0 + pw.1 + 1 - kw;
+    let mut y = Vec::with_capacity(b * out_t * out_h * out_w * co);
+    for n in 0..b {
+        for ot in 0..out_t {
+            for oy in 0..out_h {
+                for ox in 0..out_w {
+                    for o in 0..co {
+                        let mut acc = bias[o];
+                        for dt in 0..kt {
+                            let it = (ot + dt) as isize - pt.0 as isize;
+                            for dy in 0..kh {
+                                let iy = (oy + dy) as isize - ph.0 as isize;
+                                for dx in 0..kw {
+                                    let ix = (ox + dx) as isize - pw.0 as isize;
+                                    if it < 0
+                                        || iy < 0
+                                        || ix < 0
+                                        || it >= t as isize
+                                        || iy >= h as isize
+                                        || ix >= wd as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xi = (((n * t + it as usize) * h + iy as usize) * wd
+                                        + ix as usize)
+                                        * ci;
+                                    let wi = (((o * kt + dt) * kh + dy) * kw + dx) * ci;
+                                    for i in 0..ci {
+                                        acc += x[xi + i] * w[wi + i];
+                                    }
+                                }
+                            }
+                        }
+                        y.push(acc);
+                    }
+                }
+            }
+        }
+    }
+    (y, [b, out_t, out_h, out_w, co])
+}
+
+/// Relative to the output's scale: bf16 output rounding with f32 sums on CUDA (cubek); Burn's
+/// convolution on the CPU runtime also sums in bf16 (measured up to 1.2e-2 at K = 162).
+fn bf16_tolerance() -> f64 {
+    if on_gpu() { 1e-2 } else { 3e-2 }
+}
+
+#[test]
+fn matches_the_host_convolution() {
+    let device = device();
+    let mut rng = rng("conv3d_channels_last");
+    let cases: [([usize; 5], [usize; 5], ConvPadding); 7] = [
+        // First chunk: one frame, two zero frames in front.
+        ([1, 1, 5, 6, 7], [5, 3, 3, 3, 7], ConvPadding::causal(2, 1)),
+        // Later chunk: two cached frames and two new ones.
+        ([1, 4, 4, 5, 6], [9, 3, 3, 3, 6], ConvPadding::causal(0, 1)),
+        // One cached frame only: one zero frame in front.
+        ([2, 2, 3, 4, 8], [4, 3, 3, 3, 8], ConvPadding::causal(1, 1)),
+        // The temporal upsampler's 3x1x1.
+        ([1, 3, 4, 5, 8], [16, 3, 1, 1, 8], ConvPadding::causal(0, 0)),
+        // A per-frame 3x3 and 1x1.
+        ([1, 2, 7, 3, 5], [3, 1, 3, 3, 5], ConvPadding::causal(0, 1)),
+        ([1, 3, 2, 5, 9], [5, 1, 1, 1, 9], ConvPadding::causal(0, 0)),
+        // Asymmetric spatial padding.
+        (
+            [1, 1, 4, 4, 4],
+            [4, 1, 3, 3, 4],
+            ConvPadding {
+                t: (0, 0),
+                h: (2, 0),
+                w: (0, 2),
+            },
+        ),
+    ];
+    for dtype in [DType::F32, DType::BF16] {
+        for (xs, ws, padding) in cases {
+            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+            let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.5, 0.5), dtype);
+            let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
+            let (want, shape) = reference(&x, xs, &w, ws, &b, padding);
+            let got = conv3d_channels_last(
+                tensor::<5>(&x, xs, dtype, &device),
+                tensor::<5>(&w, ws, dtype, &device),
+                tensor::<1>(&b, [ws[0]], dtype, &device),
+                padding,
+            );
+            assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
+            assert_eq!(got.dtype(), dtype);
+            // bf16 output rounding (and bf16 sums in Burn's CPU convolution); tf32 products on
+            // CUDA for f32 inputs.
+            let rel = match dtype {
+                DType::BF16 => bf16_tolerance(),
+                _ if on_gpu() => 3e-3,
+                _ => 1e-5,
+            };
+            assert_close_to_scale(
+                &values(got),
+                &want,
+                rel,
+                &format!("{dtype:?} {xs:?} * {ws:?} {padding:?}"),
+            );
+        }
+    }
+}
+
+/// Nearest x2 upsampling of H and W then a 3x3 convolution (padding 1), against the four folded
+/// 2x2 phase convolutions of the low-resolution input; odd sizes, batch 2, bf16 and f32.
+#[test]
+fn upsample_phases_match_upsample_then_conv() {
+    let device = device();
+    let mut rng = rng("conv3d_channels_last_phases upsample");
+    for (xs, c_out) in [
+        ([1, 2, 5, 7, 6], 5),
+        ([2, 1, 3, 4, 8], 8),
+        ([1, 1, 1, 1, 3], 2),
+    ] {
+        let [b, t, h, w, ci] = xs;
+        for dtype in [DType::F32, DType::BF16] {
+            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+            let wt = round_to(&uniform(&mut rng, c_out * 9 * ci, -0.5, 0.5), dtype);
+            let bias = round_to(&uniform(&mut rng, c_out, -0.5, 0.5), dtype);
+            let mut up = Vec::with_capacity(x.len() * 4);
+            for n in 0..b * t {
+                for y in 0..2 * h {
+                    for xx in 0..2 * w {
+                        let src = ((n * h + y / 2) * w + xx / 2) * ci;
+                        up.extend_from_slice(&x[src..src + ci]);
+                    }
+                }
+            }
+            let (want, shape) = reference(
+                &up,
+                [b, t, 2 * h, 2 * w, ci],
+                &wt,
+                [c_out, 1, 3, 3, ci],
+                &bias,
+                ConvPadding::causal(0, 1),
+            );
+            let w32: Vec<f32> = wt.iter().map(|&v| v as f32).collect();
+            let folded: Vec<f64> = fold_upsample2x_weights(&w32, c_out, ci)
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let bias4: Vec<f64> = (0..4).flat_map(|_| bias.iter().copied()).collect();
+            let got = conv3d_channels_last_phases(
+                tensor::<5>(&x, xs, dtype, &device),
+                tensor::<6>(&folded, [4, c_out, 1, 2, 2, ci], dtype, &device),
+                tensor::<2>(&bias4, [4, c_out], dtype, &device),
+                Phases::upsample2x(),
+            );
+            assert_eq!(got.dims(), shape, "{xs:?}");
+            let rel = match dtype {
+                DType::BF16 => bf16_tolerance(),
+                _ if on_gpu() => 3e-3,
+                _ => 1e-5,
+            };
+            assert_close_to_scale(
+                &values(got),
+                &want,
+                rel,
+                &format!("{dtype:?} {xs:?} upsample"),
+            );
+        }
+    }
+}
+
+/// A causal 3x1x1 convolution to 2C channels whose halves interleave into twice the frames,
+/// against the two phase convolutions writing alternate frames (first chunk and a cached one).
+#[test]
+fn frame_phases_match_conv_then_interleave() {
+    let device = device();
+    let mut rng = rng("conv3d_channels_last_phases frames");
+    for (xs, front) in [
+        ([1, 1, 3, 5, 4], 2),
+        ([1, 4, 2, 3, 6], 0),
+        ([2, 3, 2, 2, 5], 1),
+    ] {
+        let [b, _, h, w, c] = xs;
+        for dtype in [DType::F32, DType::BF16] {
+            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+            let wt = round_to(&uniform(&mut rng, 2 * c * 3 * c, -0.5, 0.5), dtype);
+            let bias = round_to(&uniform(&mut rng, 2 * c, -0.5, 0.5), dtype);
+            let padding = ConvPadding::causal(front, 0);
+            let (y, [_, ot, _, _, _]) = reference(&x, xs, &wt, [2 * c, 3, 1, 1, c], &bias, padding);
+            // [b, ot, h, w, (2, c)] -> [b, (ot, 2), h, w, c]
+            let mut want = vec![0.0; y.len()];
+            for n in 0..b {
+                for f in 0..ot {
+                    for p in 0..h * w {
+                        for j in 0..2 {
+                            let src = ((n * ot + f) * h * w + p) * 2 * c + j * c;
+                            let dst = ((n * 2 * ot + 2 * f + j) * h * w + p) * c;
+                            want[dst..dst + c].copy_from_slice(&y[src..src + c]);
+                        }
+                    }
+                }
+            }
+            let got = conv3d_channels_last_phases(
+                tensor::<5>(&x, xs, dtype, &device),
+                tensor::<6>(&wt, [2, c, 3, 1, 1, c], dtype, &device),
+                tensor::<2>(&bias, [2, c], dtype, &device),
+                Phases::frames2x(padding),
+            );
+            assert_eq!(got.dims(), [b, 2 * ot, h, w, c], "{xs:?}");
+            let rel = match dtype {
+                DType::BF16 => bf16_tolerance(),
+                _ if on_gpu() => 3e-3,
+                _ => 1e-5,
+            };
+            assert_close_to_scale(
+                &values(got),
+                &want,
+                rel,
+                &format!("{dtype:?} {xs:?} frames"),
+            );
+        }
+    }
+}
+
+fn panic_message(f: impl FnOnce()) -> String {
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must panic");
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn bad_arguments_name_what_is_wrong() {
+    let device = device();
+    let t = |shape: [usize; 5]| {
+        tensor::<5>(
+            &vec![0.5; shape.iter().product()],
+            shape,
+            DType::F32,
+            &device,
+        )
+    };
+    let bias = |n: usize| tensor::<1>(&vec![0.0; n], [n], DType::F32, &device);
+    let msg = panic_message(|| {
+        conv3d_channels_last(
+            t([1, 1, 4, 4, 6]),
+            t([2, 3, 3, 3, 5]),
+            bias(2),
+            ConvPadding::causal(2, 1),
+        );
+    });
+    assert!(msg.contains("must have C_in = 6"), "{msg}");
+    let msg = panic_message(|| {
+        conv3d_channels_last(
+            t([1, 1, 4, 4, 6]),
+            t([2, 3, 3, 3, 6]),
+            bias(3),
+            ConvPadding::causal(2, 1),
+        );
+    });
+    assert!(
+        msg.contains("`bias` must have length C_out = 2, got 3"),
+        "{msg}"
+    );
+    let msg = panic_message(|| {
+        conv3d_channels_last(
+            t([1, 1, 4, 4, 6]),
+            t([2, 3, 3, 3, 6]),
+            bias(2),
+            ConvPadding::causal(3, 1),
+        );
+    });
+    assert!(
+        msg.contains("padding must be below the kernel extent"),
+        "{msg}"
+    );
+    let msg = panic_message(|| {
+        conv3d_channels_last(
+            t([1, 1, 4, 4, 6]),
+            t([2, 3, 3, 3, 6]),
+            bias(2),
+            ConvPadding::causal(0, 1),
+        );
+    });
+    assert!(msg.contains("axis 1 of `x`"), "{msg}");
+    let msg = panic_message(|| {
+        let w = t([2, 3, 3, 3, 6]).cast(DType::BF16);
+        conv3d_channels_last(t([1, 1, 4, 4, 6]), w, bias(2), ConvPadding::causal(2, 1));
+    });
+    assert!(msg.contains("`weight` must have the dtype of `x`"), "{msg}");
+    let msg = panic_message(|| {
+        let w6 = tensor::<6>(
+            &vec![0.5; 3 * 2 * 4 * 6],
+            [3, 2, 1, 2, 2, 6],
+            DType::F32,
+            &device,
+        );
+        let b2 = tensor::<2>(&[0.0; 6], [3, 2], DType::F32, &device);
+        conv3d_channels_last_phases(t([1, 1, 4, 4, 6]), w6, b2, Phases::upsample2x());
+    });
+    assert!(
+        msg.contains("`weights` must be [4, C_out, kT, kH, kW, C_in]"),
+        "{msg}"
+    );
+    let msg = panic_message(|| {
+        let w6 = tensor::<6>(
+            &vec![0.5; 4 * 2 * 4 * 6],
+            [4, 2, 1, 2, 2, 6],
+            DType::F32,
+            &device,
+        );
+        let b2 = tensor::<2>(&[0.0; 8], [2, 4], DType::F32, &device);
+        conv3d_channels_last_phases(t([1, 1, 4, 4, 6]), w6, b2, Phases::upsample2x());
+    });
+    assert!(msg.contains("`bias` must be [4, 2]"), "{msg}");
+}
