@@ -2,7 +2,8 @@
 //! shapes at 480p on cubek's implicit GEMM.
 //!
 //! ```text
-//! cargo bench --bench conv -- tune [--out DIR] [--only 1,3]   # sweep knobs, write DIR/sm<NN>_conv.txt
+//! cargo bench --bench conv -- tune [--out DIR] [--only 1,3] [--serial] [--exclude tma,spec_tma]
+//!     # sweep knobs, append each shape's best to DIR/sm<NN>_conv.txt
 //! cargo bench --bench conv -- bench [--out DIR]               # the table's choice vs cubek's own
 //! ```
 //! Each candidate is first run once on poisoned output and checked at 384 sampled output
@@ -196,6 +197,11 @@ struct Args {
     mode: String,
     out: String,
     only: Option<Vec<usize>>,
+    /// Check candidates one at a time, naming each before its launch (a candidate that faults
+    /// poisons the CUDA context: the last name printed is the culprit).
+    serial: bool,
+    /// Routines (the knobs' first field) left out of the sweep.
+    exclude: Vec<String>,
 }
 
 fn args() -> Args {
@@ -229,6 +235,10 @@ fn args() -> Args {
                 })
                 .collect()
         }),
+        serial: raw.iter().any(|a| a == "--serial"),
+        exclude: value("--exclude")
+            .map(|list| list.split(',').map(|v| v.trim().to_string()).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -487,16 +497,25 @@ fn measure_all(
     timer: &Timer,
     case: &Case,
     choices: &[ConvChoice],
+    serial: bool,
 ) -> Vec<Result<Measured, String>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let checked = std::sync::Mutex::new(vec![None; choices.len()]);
-    let workers = choices.len().clamp(1, 12);
+    let workers = if serial {
+        1
+    } else {
+        choices.len().clamp(1, 12)
+    };
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(choice) = choices.get(i) else { break };
+                    if serial {
+                        println!("checking {choice}");
+                        let _ = std::io::stdout().flush();
+                    }
                     let start = Instant::now();
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         case.check(timer, choice)
@@ -563,20 +582,47 @@ fn report(csv: &mut String, index: usize, site: &Site, m: &Result<Measured, Stri
 
 fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
     let sm = device_sm(&timer.client).unwrap_or(0);
-    let mut table = format!(
+    // Both files grow by appending, so that one process per shape (a faulting candidate
+    // poisons its process's CUDA context) builds one table.
+    std::fs::create_dir_all(&args.out).expect("create --out");
+    let table_path = format!("{}/sm{sm}_conv.txt", args.out);
+    let csv_path = format!("{}/conv_tune.csv", args.out);
+    let append = |path: &str, header: &str, text: &str| {
+        let fresh = !std::path::Path::new(path).exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open tuner output");
+        if fresh {
+            f.write_all(header.as_bytes()).expect("write tuner output");
+        }
+        f.write_all(text.as_bytes()).expect("write tuner output");
+    };
+    let header = format!(
         "# Implicit-GEMM convolution configurations for sm_{sm}: bf16 in and out, f32 accumulation,\n\
          # channels-last, stride 1. Written by `cargo bench --bench conv -- tune`.\n\
          # c_in c_out kt kh kw rows knobs us tflops\n"
     );
-    let mut csv = String::from("index,site,phase,knobs,us,tflops,error,first_s\n");
+    let allowed = |c: &ConvChoice| match c {
+        ConvChoice::Knobs(k) => {
+            let text = k.to_string();
+            let routine = text.split('.').next().unwrap_or_default();
+            !args.exclude.iter().any(|e| e == routine)
+        }
+        ConvChoice::Inferred => !args.exclude.iter().any(|e| e == "inferred"),
+    };
     for (index, site) in sites {
+        let mut table = String::new();
+        let mut csv = String::new();
         let case = Case::new(timer, site.shape, 7 + *index as u64);
         let mut best: Option<Measured> = None;
         let run = |choices: Vec<ConvChoice>,
                    label: &str,
                    csv: &mut String,
                    best: &mut Option<Measured>| {
-            let results = measure_all(timer, &case, &choices);
+            let choices: Vec<ConvChoice> = choices.into_iter().filter(|c| allowed(c)).collect();
+            let results = measure_all(timer, &case, &choices, args.serial);
             let mut ok = Vec::new();
             for m in results {
                 report(csv, *index, site, &m, label);
@@ -657,9 +703,12 @@ fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
                 );
             }
         }
-        std::fs::create_dir_all(&args.out).expect("create --out");
-        std::fs::write(format!("{}/sm{sm}_conv.txt", args.out), &table).expect("write table");
-        std::fs::write(format!("{}/conv_tune.csv", args.out), &csv).expect("write csv");
+        append(&table_path, &header, &table);
+        append(
+            &csv_path,
+            "index,site,phase,knobs,us,tflops,error,first_s\n",
+            &csv,
+        );
     }
 }
 
@@ -673,6 +722,7 @@ fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
             timer,
             &case,
             &[select_conv(sm, &site.shape), ConvChoice::Inferred],
+            args.serial,
         );
         let inferred = results.pop().expect("two results");
         let table = results.pop().expect("two results");

@@ -82,9 +82,9 @@ for step in "${steps[@]}"; do
         torch) timeout 150 python3 benches/torch_compare.py --out "$out" > "$out/torch.log" 2>&1
                timeout 60 python3 benches/torch_compare.py --out "$out" --channels >> "$out/torch.log" 2>&1
                timeout 100 python3 benches/torch_compare.py --out "$out" --backward >> "$out/torch.log" 2>&1 ;;
-        # The convolution tuner (CONV_ONLY="0,3": shape indices) and cuDNN on the same shapes.
-        convtune) (cd gpu && timeout "${CONV_TIMEOUT:-400}" ./conv tune --out "$out" ${CONV_ONLY:+--only $CONV_ONLY}) \
-                   > "$out/conv_tune.log" 2>&1; grep BEST "$out/conv_tune.log" ;;
+        # The convolution tuner (scripts/conv-tune.sh: CONV_SHAPES="0 3" shape indices,
+        # CONV_BUDGET seconds) and cuDNN on the same shapes (torchconvs).
+        convtune) bash scripts/conv-tune.sh "$out" ${CONV_SHAPES:-} 2>&1 | tee "$out/conv_tune_driver.log" | tail -25 ;;
         convbench) (cd gpu && timeout "${CONV_TIMEOUT:-300}" ./conv bench --out "$out") > "$out/conv_bench.log" 2>&1
                    tail -20 "$out/conv_bench.log" ;;
         torchconvs) timeout 200 python3 scripts/wan_torch.py convs "$out" > "$out/torch_convs.log" 2>&1
