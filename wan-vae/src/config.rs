@@ -36,7 +36,29 @@ const WAN21_STD: [f32; 16] = [
     1.6382, 1.1253, 2.8251, 1.9160,
 ];
 
+/// Wan2.2 (TI2V-5B) latent statistics, as the original `Wan2_2_VAE` and diffusers' config
+/// publish them.
+const WAN22_MEAN: [f32; 48] = [
+    -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813,
+    0.0891, 0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108,
+    -0.2158, 0.2502, -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230, -0.0313,
+    -0.1649, 0.0117, 0.0723, -0.2839, -0.2083, -0.0520, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944,
+    0.3573, -0.0548, -0.1681, -0.0667,
+];
+const WAN22_STD: [f32; 48] = [
+    0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901,
+    0.6885, 0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+    0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
+    0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+];
+
 impl WanConfig {
+    /// Whether the latent statistics are a published model's (Wan2.1: z 16; Wan2.2: z 48), as
+    /// opposed to the identity (mean 0, std 1) of the test-sized decoders.
+    pub fn has_published_statistics(&self) -> bool {
+        matches!((self.residual, self.z_dim), (false, 16) | (true, 48))
+    }
+
     /// The Wan2.1 decoder (z 16, widths 384/384/384/192/96).
     pub fn wan21() -> Self {
         Self {
@@ -61,8 +83,8 @@ impl WanConfig {
             out_channels: 12,
             patch_size: 2,
             residual: true,
-            latents_mean: vec![0.0; 48],
-            latents_std: vec![1.0; 48],
+            latents_mean: WAN22_MEAN.to_vec(),
+            latents_std: WAN22_STD.to_vec(),
             ..Self::wan21()
         }
     }
@@ -137,6 +159,8 @@ impl WanConfig {
         };
         let (latents_mean, latents_std) = if !residual && z_dim == 16 {
             (WAN21_MEAN.to_vec(), WAN21_STD.to_vec())
+        } else if residual && z_dim == 48 {
+            (WAN22_MEAN.to_vec(), WAN22_STD.to_vec())
         } else {
             (vec![0.0; z_dim], vec![1.0; z_dim])
         };

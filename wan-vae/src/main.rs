@@ -45,7 +45,7 @@ fn number(name: &str, default: usize) -> usize {
 }
 
 fn fail(message: &str) -> ! {
-    eprintln!("wan_vae_decode: {message}");
+    eprintln!("wan-vae: {message}");
     std::process::exit(2)
 }
 
@@ -308,6 +308,12 @@ fn main() {
             }
             if flag("--raw-latent") {
                 z
+            } else if !config.has_published_statistics() {
+                fail(&format!(
+                    "--latent: this decoder (z_dim {}) has no published latent statistics to \
+                     de-normalise with; pass --raw-latent with latents already de-normalised",
+                    config.z_dim
+                ))
             } else {
                 denormalize(z, &config)
             }

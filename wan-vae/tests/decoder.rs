@@ -29,7 +29,7 @@ fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
     t.into_data().iter::<f64>().collect()
 }
 
-/// `../shared/fixtures` beside the checkout (two levels above this crate) (where CI and the sessions have it), or
+/// `../shared/fixtures` beside the checkout (two levels above this crate) (where CI has it), or
 /// `WAN_FIXTURES`.
 fn fixtures() -> std::path::PathBuf {
     let dir = std::env::var("WAN_FIXTURES").map_or_else(
@@ -213,4 +213,19 @@ fn missing_and_misshaped_weights_name_the_key() {
         err.to_string().contains("`post_quant_conv.weight`"),
         "{err}"
     );
+}
+
+/// Both published models carry their latent statistics; the test-sized decoders have none.
+#[test]
+fn published_models_carry_their_latent_statistics() {
+    for (config, z, first_mean, first_std) in [
+        (WanConfig::wan21(), 16, -0.7571f32, 2.8184f32),
+        (WanConfig::wan22(), 48, -0.2289, 0.4765),
+    ] {
+        assert!(config.has_published_statistics());
+        assert_eq!((config.latents_mean.len(), config.latents_std.len()), (z, z));
+        assert_eq!((config.latents_mean[0], config.latents_std[0]), (first_mean, first_std));
+    }
+    assert!(!WanConfig::small21().has_published_statistics());
+    assert!(!WanConfig::small22().has_published_statistics());
 }

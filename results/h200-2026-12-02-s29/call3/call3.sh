@@ -1,1 +1,0 @@
-mkdir -p gpu/out && xz -dkf gpu/bench.xz && chmod +x gpu/bench && RMSNORM_BENCH_C=200 FALLBACK_TIMEOUT=150 bash scripts/gpu-session.sh fallback > /dev/null 2>&1; tar czf $OUT/results.tgz -C gpu out; grep "^fallback" gpu/out/fallback.log | cut -c1-260
