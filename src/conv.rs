@@ -275,6 +275,17 @@ pub(crate) fn burn_conv3d_phases<B: Backend>(
     bias: FloatTensor<B>,
     phases: Phases,
 ) -> FloatTensor<B> {
+    phases_with::<B>(x, weights, bias, phases, burn_conv3d::<B>)
+}
+
+/// [`Phases`] through `conv` (one call per phase), then the phases interleaved (a copy).
+pub(crate) fn phases_with<B: Backend>(
+    x: FloatTensor<B>,
+    weights: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    phases: Phases,
+    conv: impl Fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, ConvPadding) -> FloatTensor<B>,
+) -> FloatTensor<B> {
     use burn::backend::TensorMetadata;
     use burn::tensor::{Shape, Slice};
     let w = weights.shape().dims::<6>();
@@ -291,7 +302,7 @@ pub(crate) fn burn_conv3d_phases<B: Backend>(
                 B::float_slice(bias.clone(), &slices[..2]),
                 Shape::new([w[1]]),
             );
-            let y = burn_conv3d::<B>(x.clone(), weight, b, phases.padding[p]);
+            let y = conv(x.clone(), weight, b, phases.padding[p]);
             let [n, t, h, wd, c] = y.shape().dims::<5>();
             B::float_reshape(y, Shape::new([1, n, t, h, wd, c]))
         })
@@ -417,10 +428,21 @@ mod cube {
     use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
     use rmsnorm_silu_kernels::select::device_sm;
 
+    use burn::tensor::ops::ConvOptions;
+    use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};
+
     use super::{
-        ConvBackend, ConvPadding, Phases, burn_conv3d, burn_conv3d_phases, conv_output_shape,
-        phased_output_shape,
+        ConvBackend, ConvPadding, Phases, conv_output_shape, phased_output_shape, phases_with,
     };
+
+    /// Burn's direct convolution on the same channels-last memory, where the implicit GEMM does
+    /// not run (the CubeCL CPU runtime, or a configuration cubek refuses). Never Burn's
+    /// autotuned convolution: it compiles and times every candidate for each new shape.
+    fn direct(x: CubeTensor, weight: CubeTensor, bias: CubeTensor, padding: ConvPadding) -> CubeTensor {
+        let options = ConvOptions::new_with_padding([1; 3], padding.pairs(), [1; 3], 1);
+        conv_forward_nhwc::<3>(x, weight, Some(bias), options, ConvStrategy::Direct)
+            .expect("Burn's direct convolution runs every stride-1 shape")
+    }
 
     impl ConvBackend for CubeBackend {
         fn conv3d_channels_last(
@@ -437,7 +459,7 @@ mod cube {
             };
             match implicit_gemm(&x, &weight, &bias, &phases, out_dims) {
                 Some(out) => out,
-                None => burn_conv3d::<Self>(x, weight, bias, padding),
+                None => direct(x, weight, bias, padding),
             }
         }
 
@@ -452,7 +474,7 @@ mod cube {
                     .expect("checked by conv3d_channels_last_phases");
             match implicit_gemm(&x, &weights, &bias, &phases, out_dims) {
                 Some(out) => out,
-                None => burn_conv3d_phases::<Self>(x, weights, bias, phases),
+                None => phases_with::<Self>(x, weights, bias, phases, direct),
             }
         }
     }

@@ -242,8 +242,27 @@ fn save_video(path: &str, video: Tensor<5>) {
         .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
 }
 
+/// Warnings of the libraries (a convolution configuration cubek refuses, a flash attention that
+/// falls back) on stderr.
+struct StderrWarnings;
+
+impl log::Log for StderrWarnings {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            eprintln!("{}: {}", record.level(), record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn main() {
     let process_start = Instant::now();
+    let _ = log::set_logger(&StderrWarnings).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let (device, device_name) = pick_device();
     let dtype = match arg("--dtype").as_deref() {
         None | Some("f32") => DType::F32,
