@@ -19,7 +19,7 @@ use std::time::Instant;
 use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 use burn_rmsnorm_silu::kernels::conv::{
-    ConvChoice, ConvKnobs, ConvShape, launch_conv, select_conv,
+    ConvChoice, ConvKnobs, ConvOperands, ConvShape, fallback_knobs, launch_conv, select_conv,
 };
 use burn_rmsnorm_silu::kernels::cubecl;
 use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};
@@ -350,17 +350,13 @@ impl Case {
         let [t, h, w] = s.input;
         let [kt, kh, kw] = s.kernel;
         let [ot, oh, ow] = s.output;
-        launch_conv(
-            client,
-            binding(&self.input, &[s.batch, t, h, w, s.c_in]),
-            binding(&self.weight, &[s.c_out, kt, kh, kw, s.c_in]),
-            Some(binding(&self.bias, &[s.c_out])),
-            binding(out, &[s.batch, ot, oh, ow, s.c_out]),
-            BF16,
-            s,
-            choice,
-        )
-        .map_err(|e| format!("{e:?}"))
+        let operands = ConvOperands {
+            input: binding(&self.input, &[s.batch, t, h, w, s.c_in]),
+            weight: binding(&self.weight, &[s.c_out, kt, kh, kw, s.c_in]),
+            bias: Some(binding(&self.bias, &[s.c_out])),
+            out: binding(out, &[s.batch, ot, oh, ow, s.c_out]),
+        };
+        launch_conv(client, operands, BF16, s, choice).map_err(|e| format!("{e:?}"))
     }
 
     /// max |got - ref| / rms(ref) over the sampled outputs, after a run on poisoned output
@@ -415,8 +411,8 @@ fn reference(shape: &ConvShape, x: &[bf16], w: &[bf16], b: &[bf16], rows: &[u32]
         let row = row as usize;
         let (ot, rest) = (row / (oh * ow), row % (oh * ow));
         let (y, xx) = (rest / ow, rest % ow);
-        for o in 0..co {
-            let mut acc = b[o].to_f64();
+        for (o, bias) in b.iter().enumerate().take(co) {
+            let mut acc = bias.to_f64();
             for dt in 0..kt {
                 let it = (ot + dt) as isize - pt as isize;
                 if it < 0 || it >= t as isize {
@@ -637,7 +633,10 @@ fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         };
         // Phase 1: cubek's own choice, and the layouts on the plain sync loader and on the
         // specialized cp.async one.
-        let mut phase1 = vec![ConvChoice::Inferred];
+        let mut phase1 = vec![
+            ConvChoice::Inferred,
+            ConvChoice::Knobs(fallback_knobs(&site.shape)),
+        ];
         for layout in layouts(&site.shape) {
             for alg in ["sync_cyclic", "spec_cyclic"] {
                 phase1.push(ConvChoice::Knobs(knobs(&format!("{alg}.{layout}.sw.db"))));

@@ -109,11 +109,11 @@ pub fn fold_upsample2x_weights(weight: &[f32], c_out: usize, c_in: usize) -> Vec
     for p in 0..4 {
         let (ah, aw) = (p / 2, p % 2);
         for o in 0..c_out {
-            for ky in 0..2 {
-                for kx in 0..2 {
+            for (ky, rows) in TAPS[ah].iter().enumerate() {
+                for (kx, cols) in TAPS[aw].iter().enumerate() {
                     let dst = (((p * c_out + o) * 2 + ky) * 2 + kx) * c_in;
-                    for &sy in TAPS[ah][ky] {
-                        for &sx in TAPS[aw][kx] {
+                    for &sy in rows.iter() {
+                        for &sx in cols.iter() {
                             let src = ((o * 3 + sy) * 3 + sx) * c_in;
                             for i in 0..c_in {
                                 out[dst + i] += weight[src + i];
@@ -234,7 +234,7 @@ pub trait ConvBackend: Backend {
     }
 
     #[fusion(dtype = x, shape = {
-        let out = phased_output_shape(x, weights, bias, &phases)
+        let out = phased_output_shape(x, weights, bias, phases)
             .expect("checked by conv3d_channels_last_phases");
         burn::tensor::Shape::new(out)
     })]
@@ -422,7 +422,9 @@ mod cube {
         CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
         tensor::CubeTensor,
     };
-    use rmsnorm_silu_kernels::conv::{ConvChoice, ConvShape, launch_conv, select_conv};
+    use rmsnorm_silu_kernels::conv::{
+        ConvChoice, ConvOperands, ConvShape, launch_conv, select_conv,
+    };
     use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
     use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
     use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
@@ -438,7 +440,12 @@ mod cube {
     /// Burn's direct convolution on the same channels-last memory, where the implicit GEMM does
     /// not run (the CubeCL CPU runtime, or a configuration cubek refuses). Never Burn's
     /// autotuned convolution: it compiles and times every candidate for each new shape.
-    fn direct(x: CubeTensor, weight: CubeTensor, bias: CubeTensor, padding: ConvPadding) -> CubeTensor {
+    fn direct(
+        x: CubeTensor,
+        weight: CubeTensor,
+        bias: CubeTensor,
+        padding: ConvPadding,
+    ) -> CubeTensor {
         let options = ConvOptions::new_with_padding([1; 3], padding.pairs(), [1; 3], 1);
         conv_forward_nhwc::<3>(x, weight, Some(bias), options, ConvStrategy::Direct)
             .expect("Burn's direct convolution runs every stride-1 shape")
@@ -571,21 +578,18 @@ mod cube {
                 tried.push(ConvChoice::Inferred);
             }
             let launched = tried.into_iter().any(|choice| {
-                let result = launch_conv(
-                    client,
-                    x.clone().binding(),
-                    view(
+                let operands = ConvOperands {
+                    input: x.clone().binding(),
+                    weight: view(
                         &weights,
                         p * per_phase,
                         &kernel_dims,
                         &contiguous_strides(&kernel_dims),
                     ),
-                    Some(view(&bias, p * c_out, &[c_out], &[1])),
-                    view(&out, out_offset, &phase_dims, &phase_strides),
-                    elem,
-                    &shape,
-                    &choice,
-                );
+                    bias: Some(view(&bias, p * c_out, &[c_out], &[1])),
+                    out: view(&out, out_offset, &phase_dims, &phase_strides),
+                };
+                let result = launch_conv(client, operands, elem, &shape, &choice);
                 if let Err(e) = &result {
                     log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e:?}");
                 }

@@ -30,8 +30,8 @@ fn reference(
         for ot in 0..out_t {
             for oy in 0..out_h {
                 for ox in 0..out_w {
-                    for o in 0..co {
-                        let mut acc = bias[o];
+                    for (o, &b_o) in bias.iter().enumerate().take(co) {
+                        let mut acc = b_o;
                         for dt in 0..kt {
                             let it = (ot + dt) as isize - pt.0 as isize;
                             for dy in 0..kh {

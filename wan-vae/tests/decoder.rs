@@ -223,8 +223,14 @@ fn published_models_carry_their_latent_statistics() {
         (WanConfig::wan22(), 48, -0.2289, 0.4765),
     ] {
         assert!(config.has_published_statistics());
-        assert_eq!((config.latents_mean.len(), config.latents_std.len()), (z, z));
-        assert_eq!((config.latents_mean[0], config.latents_std[0]), (first_mean, first_std));
+        assert_eq!(
+            (config.latents_mean.len(), config.latents_std.len()),
+            (z, z)
+        );
+        assert_eq!(
+            (config.latents_mean[0], config.latents_std[0]),
+            (first_mean, first_std)
+        );
     }
     assert!(!WanConfig::small21().has_published_statistics());
     assert!(!WanConfig::small22().has_published_statistics());

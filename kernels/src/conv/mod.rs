@@ -116,11 +116,33 @@ impl std::fmt::Display for ConvChoice {
     }
 }
 
-/// The table's configuration for `shape` on a device of compute capability `sm` (x 10),
-/// else [`ConvChoice::Inferred`].
+/// The table's configuration for `shape` on a device of compute capability `sm` (x 10), else
+/// [`fallback_knobs`]. (cubek's own selection, [`ConvChoice::Inferred`], asks for more shared
+/// memory than an sm_90 multiprocessor has on the decoder's shapes (319,488 of 232,448 bytes
+/// at 96 channels), so it is the launch's last resort, not the fallback.)
 pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
-    sm.and_then(|sm| lookup_conv(sm, shape))
-        .map_or(ConvChoice::Inferred, |e| ConvChoice::Knobs(e.knobs))
+    ConvChoice::Knobs(
+        sm.and_then(|sm| lookup_conv(sm, shape))
+            .map_or_else(|| fallback_knobs(shape), |e| e.knobs),
+    )
+}
+
+/// A configuration for shapes the table does not cover: the layout that won most tuned
+/// shapes (2 x 12 `mma.sync` tiles of 16 x 8 per plane, 4 planes along the positions; 128
+/// positions by 96 channels per cube), narrowed to the output channels, on the plain strided
+/// loader, with a reduction step of 64 (16 when `C_in` is narrower than 64).
+pub fn fallback_knobs(shape: &ConvShape) -> ConvKnobs {
+    let n_tiles = shape.c_out.div_ceil(8).clamp(1, 12) as u32;
+    let k_tiles = if shape.c_in >= 64 { 4 } else { 1 };
+    ConvKnobs {
+        algorithm: cubek::convolution::ConvAlgorithm::SimpleSyncStrided,
+        tile_kind: cubek::convolution::AcceleratedTileKind::Mma,
+        tile: [16, 8, 16],
+        partition: [2, n_tiles, k_tiles],
+        stage: [4, 1],
+        swizzle: true,
+        double_buffer: false,
+    }
 }
 
 fn problem(
@@ -165,6 +187,15 @@ fn problem(
     }
 }
 
+/// The tensors of one convolution launch, laid out as the module docs say (any strides with
+/// the channel axis contiguous; the output may be a strided view into a larger tensor).
+pub struct ConvOperands {
+    pub input: TensorBinding,
+    pub weight: TensorBinding,
+    pub bias: Option<TensorBinding>,
+    pub out: TensorBinding,
+}
+
 /// The widest load (in elements, at most 16 bytes) that divides `channels`.
 fn vector_for(channels: usize, elem: ElemType) -> usize {
     let mut v = (16 / elem.size()).max(1);
@@ -182,14 +213,17 @@ fn vector_for(channels: usize, elem: ElemType) -> usize {
 /// or a device without tensor cores such as the CubeCL CPU runtime).
 pub fn launch_conv(
     client: &Client,
-    input: TensorBinding,
-    weight: TensorBinding,
-    bias: Option<TensorBinding>,
-    out: TensorBinding,
+    operands: ConvOperands,
     elem: ElemType,
     shape: &ConvShape,
     choice: &ConvChoice,
 ) -> Result<(), ConvSetupError> {
+    let ConvOperands {
+        input,
+        weight,
+        bias,
+        out,
+    } = operands;
     let strategy = match choice {
         ConvChoice::Inferred => Strategy::Inferred {
             algorithm: ConvAlgorithm::SimpleSyncCyclic,
@@ -285,6 +319,25 @@ mod tests {
         );
         let s = shape([1, 8, 8], [3, 3, 3], [2, 1, 1], [1, 8, 8]);
         assert_eq!((s.rows(), s.reduction()), (64, 96 * 27));
+    }
+
+    #[test]
+    fn fallback_fits_the_channels() {
+        let mut s = shape([6, 480, 832], [3, 3, 3], [0, 1, 1], [4, 480, 832]);
+        assert_eq!(
+            fallback_knobs(&s).to_string(),
+            "sync_strided.mma16x8x16.p2x12x4.s4x1.sw"
+        );
+        s.c_out = 3;
+        assert_eq!(fallback_knobs(&s).cube_cols(), 8);
+        s.c_in = 16;
+        assert_eq!(fallback_knobs(&s).stage_k(), 16);
+        // A shape class the table lacks gets the fallback, not cubek's own selection.
+        assert_eq!(
+            select_conv(Some(90), &s),
+            ConvChoice::Knobs(fallback_knobs(&s))
+        );
+        assert_eq!(select_conv(None, &s), ConvChoice::Knobs(fallback_knobs(&s)));
     }
 
     #[test]
