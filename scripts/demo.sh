@@ -8,4 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec cargo run --release -p wan-vae -- "$@"
+# Built with the whole workspace's features, so that it reuses the test suite's build.
+cargo build --release --workspace --bins
+exec "${CARGO_TARGET_DIR:-target}/release/wan-vae" "$@"
