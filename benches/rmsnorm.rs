@@ -2105,7 +2105,7 @@ fn copies(timer: &mut Timer, args: &Args) {
     };
     // The roof itself first (`Timer::copy`, marked per_unit 0: one vector per unit, 256 units,
     // full grid), then strided tiles on full and persistent grids, then ticketed persistent
-    // grids (u1 d256 g8 is the roof of the seventeenth session and before).
+    // grids (u1 d256 g8 was the earlier roof).
     let mut shapes = vec![shape(0, 256, 0, false)];
     for per_unit in [1, 2, 4] {
         for cube_dim in [128, 256] {

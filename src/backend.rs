@@ -1,4 +1,4 @@
-// The macro-generated dispatch names the deprecated NdArray backend, which issue 2 asks for.
+// The macro-generated dispatch names the deprecated NdArray backend, which the crate supports.
 #![allow(deprecated)]
 
 //! The backend extension: the forward (last axis, any axis) and its backward, implemented by

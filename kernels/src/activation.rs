@@ -84,7 +84,7 @@ pub(crate) fn input_scale(scale: f32, #[comptime] cfg: RowConfig) -> f32 {
 /// The constant `k` of the PTX SiLU: `-log2(e)`, divided by the FP8 scale when that is folded
 /// in. Computed on the host and passed to the kernel: in the kernel, the division (an IEEE
 /// sequence with a slow-path call) sat in front of the first loads, and pushed them out of the
-/// first instructions the SMs fetch after a launch (H200, thirty-first session). Host and
+/// first instructions the SMs fetch after a launch (H200). Host and
 /// device divisions are both correctly rounded, so `k` is the same number either way.
 pub fn silu_constant(out_scale: f32, cfg: &RowConfig) -> f32 {
     if cfg.folds_out_scale() {

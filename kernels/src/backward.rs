@@ -523,11 +523,11 @@ impl BackwardKnobs {
     /// per SM below T = 12480, else 6) and C = 129..256 at T = 12480..65536 (6 per SM): C = 384
     /// is then 32 lanes x 3 vectors of 4 (no idle slot; 94 registers) rather than 32 x 2 of 8.
     ///
-    /// The thirteenth session's changes (2026-12-01; the dgamma kernel then loading its partial
+    /// Changes measured on 2026-12-01 (the dgamma kernel then loading its partial
     /// rows in one round): C = 1024 T = 6240 22.2 -> 20.4 us and T = 24960 54.4 -> 49.9 us (8
     /// cubes per SM), T = 399360 636 -> 616 us; C = 96 T = 399360 78.7 -> 75.0 us (two calls
     /// each); vectors of 4: C = 384 T = 6240 14.6 -> 12.9 us, T = 24960 27.8 -> 25.0 us, C = 192
-    /// T = 24960 18.2 -> 16.8 us. Earlier sessions' measurements: BENCHMARKS.md.
+    /// T = 24960 18.2 -> 16.8 us. What was tried: docs/performance.md.
     pub fn for_shape(client: &Client, channels: usize, rows: usize) -> Self {
         let knobs = Self::for_device(client);
         if !is_gpu(client) {
@@ -866,7 +866,7 @@ pub fn launch_reduce_dgamma(
 mod tests {
     use super::GpuBackwardShape;
 
-    /// The defaults are the measured winners (BENCHMARKS.md, thirteenth session), written as
+    /// The defaults are the measured winners (docs/performance.md), written as
     /// `c<cap>.u<units>[.s<cubes per SM>][.v<vector>]`.
     #[test]
     fn gpu_defaults_are_the_measured_table() {

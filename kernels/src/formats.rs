@@ -1,6 +1,6 @@
 //! Host reference codecs for the quantised outputs (FP8 E4M3, NVFP4 = E2M1 values with E4M3
 //! block scales), independent of any kernel: the ground truth the FP8/NVFP4 writers will be
-//! tested against (issue 4). Conventions: `../shared/docs/FORMATS.md`.
+//! tested against. Conventions: `../shared/docs/FORMATS.md`.
 
 /// Largest finite E4M3 magnitude.
 pub const E4M3_MAX: f32 = 448.0;

@@ -134,14 +134,14 @@ pub struct RowConfig {
     /// gamma is held in registers without prefetch: gamma is loaded after the group's x, in
     /// the loop that then runs once. Loaded before the loop (as a persistent cube does, once
     /// for all its groups), its conversion held the x loads back by one memory round trip
-    /// (SASS of the full-grid entries, twenty-third session).
+    /// (SASS of the full-grid entries).
     pub gamma_after_x: bool,
     /// The lanes' vectors cover the row exactly (`lanes_per_row * vectors_per_lane` vectors of
     /// `C`): no vector index needs clamping or a test against the row's length, so the first
     /// loads are a few instructions nearer the kernel's start and each row writes under one
     /// condition instead of one per vector. After an L2 flush an SM fetches the kernel's code
     /// from DRAM; the H200 timed a one-wave kernel 0.3 us faster when its code was already in
-    /// the L2 (`bench ab` with `RMSNORM_AB_CODE_WARM=1`, thirty-first session). Not set for
+    /// the L2 (`bench ab` with `RMSNORM_AB_CODE_WARM=1`). Not set for
     /// prefetching kernels, whose loads sit in their loop: there it changed ptxas' register
     /// allocation (FP8 C = 96 with prefetch: 72 -> 96 registers, one cube per SM less, 1.15 ->
     /// 1.41x at T = 399360).

@@ -3,7 +3,7 @@
 //! The kernels accumulate `sum(x^2)` in fp32. That is exact enough for every ordinary row, but
 //! it overflows to `inf` once `|x|` reaches ~1.8e19 (f32 and bf16 go up to 3.4e38) and loses
 //! all precision when `|x|` is below ~1e-19 and eps is too small to dominate. The true output
-//! is finite and well defined in both cases, so a wrong answer there is a bug (issue 7).
+//! is finite and well defined in both cases, so a wrong answer there is a bug.
 //!
 //! Fixing it on every row (a max pass, or scaled partial sums) costs instructions on every
 //! element of a kernel that is already compute-bound on an H200. Instead the kernels keep the

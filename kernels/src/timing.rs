@@ -425,7 +425,7 @@ impl Timer {
                 // One vector per unit on a full grid (one cube per 256 vectors): the fastest of
                 // the `copies` experiment's shapes on every measured size, 6-7% faster than the
                 // persistent grid-stride copy at 200-800 MB and as fast as torch's `copy_`
-                // (H200, 2026-12-02, eighteenth session).
+                // (H200, 2026-12-02).
                 let cubes = self.full_grid(len);
                 copy_vectors::launch_unchecked(
                     &self.client,

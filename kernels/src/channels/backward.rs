@@ -312,12 +312,12 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// On a GPU: the next tile's x and dy prefetched as words (`prefetch`), a unit caching about 48
 /// values of each tensor (6 channels of 8 positions up to C = 128, else 12 of 4), at least 8
 /// position units per channel group and 128 units per cube where the groups allow it. These
-/// are the winners of the `channels` bench's sweep on the H200 (2026-12-01, ninth session):
+/// are the winners of the `channels` bench's sweep on the H200 (2026-12-01):
 /// `[1, 96, 4, 480, 832]` `p8.g16.k6.v8.pf` 339 -> 265 us (1.13x the copy of its 6 bytes per
 /// element), `[1, 192, 4, 240, 416]` `p8.g16.k12.v4.pf` 193 -> 170 us (1.40x),
 /// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Narrow shapes (about one tile
 /// per cube, [`ChannelsLimits::narrow`]) take the same cache without prefetch and down to 4
-/// position units per cube (tenth session: `[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
+/// position units per cube (`[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
 /// against 19.4 us with prefetch, the sweep's best; 14.3 us once it ran as one tile per cube,
 /// 2026-12-03). Without prefetch (2-byte inputs
 /// with vectors of one position, C above 768, and the CPU runtime) the unit caches 6 channels

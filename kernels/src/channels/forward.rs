@@ -383,8 +383,8 @@ pub fn launch_channels_with(
 /// The channels-first launch shape for `channels` and `positions` positions in all (over the
 /// batches), whose layout allows vectors of `widest` positions: [`tiled_channels_config`]; on
 /// narrow shapes (fewer than 16 widest vectors per SM, GPU) vectors of at most 4 positions
-/// and at most 8 channels per unit, down to 4 position units per cube (2026-12-01, tenth
-/// session: `[1, 384, 1, 60, 104]` 9.22 -> 8.38 us with `p4.g64.k6.v4`, the sweep's best of 45
+/// and at most 8 channels per unit, down to 4 position units per cube (2026-12-01:
+/// `[1, 384, 1, 60, 104]` 9.22 -> 8.38 us with `p4.g64.k6.v4`, the sweep's best of 45
 /// once it tried 4 position units; before that 2-position vectors had won there).
 ///
 /// Measured on the H200 (2026-12-01, `cargo bench --bench rmsnorm -- channels`, whose sweep
