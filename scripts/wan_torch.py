@@ -159,7 +159,12 @@ def decode(out_dir, t):
         torch.backends.cudnn.benchmark = layout != "eager"
         z = data["z"].cuda().to(torch.bfloat16)
         if layout != "eager":
-            vae = vae.to(memory_format=torch.channels_last_3d)
+            # Only convolution weights have a channels-last form (gammas and biases do not).
+            for m in vae.modules():
+                if isinstance(m, torch.nn.Conv3d):
+                    m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last_3d)
+                elif isinstance(m, torch.nn.Conv2d):
+                    m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last)
             z = z.contiguous(memory_format=torch.channels_last_3d)
         with torch.no_grad():
             vae.decode(z)
