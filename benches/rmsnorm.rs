@@ -58,7 +58,7 @@ struct Args {
     output: String,
 }
 
-/// `all`, or those of them named in `RMSNORM_BENCH_C=1024,2048` (for a short device call;
+/// `all`, or those of them named in `RMSNORM_BENCH_C=1024,2048` (for a short run;
 /// `tune` then writes a table of those C only, to merge by hand). Used by `tune`, `fallback`,
 /// `quant`, `backward` and `channels` (the shapes of those C).
 fn bench_channels(all: &[usize]) -> Vec<usize> {

@@ -33,7 +33,7 @@ tools=("$@")
 only=(--kernel-name kns=rms_norm)
 "$sanitizer" --version | tail -1
 # Run from gpu/, where cubecl.toml turns on cubecl's compilation cache (kept in gpu/, as
-# scripts/gpu-session.sh keeps it): the first run pays for NVRTC, the others reuse its PTX (the
+# scripts/gpu-steps.sh keeps it): the first run pays for NVRTC, the others reuse its PTX (the
 # test binary JIT-compiles a few hundred configs).
 cp scripts/cubecl.toml gpu/cubecl.toml
 cd gpu

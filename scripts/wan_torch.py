@@ -1,5 +1,5 @@
 """PyTorch peers of the Wan decoder benchmarks, run on the GPU machine (diffusers travels as a
-wheel: see the `wan` step of scripts/gpu-session.sh).
+wheel: see the `wan` step of scripts/gpu-steps.sh).
 
   python3 scripts/wan_torch.py convs OUT_DIR
       each convolution of `benches/conv.rs` (same shapes, same order) in cuDNN, bf16: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call that measures everything (fits the 10-minute limit; each step has its own
+# One run on a GPU machine that measures everything (fits a 10-minute command limit; each step has its own
 # timeout, and every step writes its results under $OUT as it goes):
 #   1. the CUDA test suite ("sweep": the large ignored cases; "sanitize": compute-sanitizer),
 #   2. the tuner (writes sm90.txt, or sm90_fp8.txt with tunefp8: copy it to kernels/lut/ and
@@ -7,7 +7,7 @@
 #   3. the fallback comparison, 4. the channel-axis shapes, 5. the benchmark table,
 #   6. torch eager / torch.compile for the rows and the channel-axis shapes.
 # Here first: scripts/gpu-pack.sh tests bench   (then carry gpu/tests.xz and gpu/bench.xz).
-# On the device: bash scripts/gpu-session.sh [steps...]   (default: all; e.g. "tests bench")
+# On the device: bash scripts/gpu-steps.sh [steps...]   (default: all; e.g. "tests bench")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Results go to gpu/out and are packed into one $OUT/results.tgz at the end (the device tool
@@ -56,7 +56,7 @@ for step in "${steps[@]}"; do
         fallback) (cd gpu && timeout "${FALLBACK_TIMEOUT:-150}" ./bench fallback --out "$out") > "$out/fallback.log" 2>&1 ;;
         channels) (cd gpu && timeout "${CHANNELS_TIMEOUT:-240}" ./bench channels --out "$out") > "$out/channels.log" 2>&1 ;;
         # BENCH_BIN=bench-old (another build carried as gpu/bench-old.xz) and QUANT_TAG=-old
-        # (quant-old.log, quant-old/quant.csv) for a same-session comparison of two builds.
+        # (quant-old.log, quant-old/quant.csv) for a same-run comparison of two builds.
         quant) (cd gpu && timeout "${QUANT_TIMEOUT:-300}" "./${BENCH_BIN:-bench}" quant --out "$out${QUANT_TAG:+/quant$QUANT_TAG}") \
                    > "$out/quant${QUANT_TAG:-}.log" 2>&1 ;;
         # RMSNORM_AB="C T out knobs knobs ...; ...": same-run timings of row-kernel knobs.
