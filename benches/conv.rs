@@ -25,7 +25,8 @@ use burn_rmsnorm_silu::kernels::cubecl;
 use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};
 use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
 use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
-use burn_rmsnorm_silu::kernels::cubecl::zspace::{Shape, Strides};
+use burn_rmsnorm_silu::kernels::cubecl::zspace::Shape;
+use burn_rmsnorm_silu::kernels::cubecl::zspace::striding::row_major_contiguous_strides;
 use burn_rmsnorm_silu::kernels::select::device_sm;
 use burn_rmsnorm_silu::kernels::timing::{Timer, median};
 use half::bf16;
@@ -261,19 +262,11 @@ fn upload(client: &Client, values: &[bf16]) -> Handle {
     client.create_from_slice(&bytes)
 }
 
-fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    strides
-}
-
 fn binding(handle: &Handle, shape: &[usize]) -> TensorBinding {
     unsafe {
         TensorBinding::from_raw_parts(
             handle.clone(),
-            Strides::new(&contiguous_strides(shape)),
+            row_major_contiguous_strides(shape),
             Shape::from(shape.to_vec()),
         )
     }

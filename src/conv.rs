@@ -427,6 +427,7 @@ mod cube {
     };
     use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
     use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
+    use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
     use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
     use rmsnorm_silu_kernels::select::device_sm;
 
@@ -486,14 +487,6 @@ mod cube {
         }
     }
 
-    fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-        let mut strides = vec![1; shape.len()];
-        for i in (0..shape.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * shape[i + 1];
-        }
-        strides
-    }
-
     /// A view of `t`'s buffer: `shape` with `strides`, starting `offset` elements in.
     fn view(t: &CubeTensor, offset: usize, shape: &[usize], strides: &[usize]) -> TensorBinding {
         let bytes = (offset * t.dtype.size()) as u64;
@@ -542,7 +535,7 @@ mod cube {
             Shape::new(out_dims),
             x.dtype,
         );
-        let out_strides = contiguous_strides(&out_dims);
+        let out_strides = contiguous_strides(out_dims);
         let [ft, fh, fw] = phases.factor;
         let phase_dims = [
             out_dims[0],

@@ -66,10 +66,16 @@ fn reference(
     (y, [b, out_t, out_h, out_w, co])
 }
 
-/// Relative to the output's scale: bf16 output rounding with f32 sums on CUDA (cubek); Burn's
-/// convolution on the CPU runtime also sums in bf16 (measured up to 1.2e-2 at K = 162).
-fn bf16_tolerance() -> f64 {
-    if on_gpu() { 1e-2 } else { 3e-2 }
+/// Relative to the output's scale. bf16: output rounding with f32 sums on CUDA (cubek); Burn's
+/// convolution on the CPU runtime also sums in bf16 (measured up to 1.2e-2 at K = 162). f32:
+/// tf32 products on CUDA.
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 if on_gpu() => 1e-2,
+        DType::BF16 => 3e-2,
+        _ if on_gpu() => 3e-3,
+        _ => 1e-5,
+    }
 }
 
 #[test]
@@ -113,13 +119,7 @@ fn matches_the_host_convolution() {
             );
             assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
             assert_eq!(got.dtype(), dtype);
-            // bf16 output rounding (and bf16 sums in Burn's CPU convolution); tf32 products on
-            // CUDA for f32 inputs.
-            let rel = match dtype {
-                DType::BF16 => bf16_tolerance(),
-                _ if on_gpu() => 3e-3,
-                _ => 1e-5,
-            };
+            let rel = tolerance(dtype);
             assert_close_to_scale(
                 &values(got),
                 &want,
@@ -176,11 +176,7 @@ fn upsample_phases_match_upsample_then_conv() {
                 Phases::upsample2x(),
             );
             assert_eq!(got.dims(), shape, "{xs:?}");
-            let rel = match dtype {
-                DType::BF16 => bf16_tolerance(),
-                _ if on_gpu() => 3e-3,
-                _ => 1e-5,
-            };
+            let rel = tolerance(dtype);
             assert_close_to_scale(
                 &values(got),
                 &want,
@@ -229,11 +225,7 @@ fn frame_phases_match_conv_then_interleave() {
                 Phases::frames2x(padding),
             );
             assert_eq!(got.dims(), [b, 2 * ot, h, w, c], "{xs:?}");
-            let rel = match dtype {
-                DType::BF16 => bf16_tolerance(),
-                _ if on_gpu() => 3e-3,
-                _ => 1e-5,
-            };
+            let rel = tolerance(dtype);
             assert_close_to_scale(
                 &values(got),
                 &want,

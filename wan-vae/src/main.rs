@@ -217,6 +217,16 @@ fn timed_decode(
     (video, per_frame)
 }
 
+/// max |a - b| / max |b|.
+fn max_relative_difference(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    worst / scale
+}
+
 /// PSNR in dB of `a` against `b` after clamping both to [-1, 1] (peak-to-peak 2).
 fn psnr(a: &[f32], b: &[f32]) -> f64 {
     let mse = a
@@ -234,7 +244,7 @@ fn psnr(a: &[f32], b: &[f32]) -> f64 {
 /// Writes the video `[B, 3, F, H, W]` (before the clamp) as f32 `video` in a safetensors file.
 fn save_video(path: &str, video: Tensor<5>) {
     let shape = video.dims().to_vec();
-    let values = flat(video.permute([0, 1, 2, 3, 4]));
+    let values = flat(video);
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &bytes)
         .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
@@ -416,15 +426,10 @@ fn main() {
         let bytes = latent_bytes.as_deref().expect("read with --latent");
         if let Some(reference) = read_tensor(&path, bytes, "decoded_unclamped", &device) {
             let (a, b) = (flat(video.clone()), flat(reference));
-            let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let worst = a
-                .iter()
-                .zip(&b)
-                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
             println!(
                 "reference: vs `decoded_unclamped` of {path}: max |difference| / max |reference| \
                  = {:.2e}, PSNR {:.2} dB (clamped video, {dtype:?})",
-                worst / scale,
+                max_relative_difference(&a, &b),
                 psnr(&a, &b)
             );
         }
@@ -434,15 +439,10 @@ fn main() {
         // change the video beyond rounding.
         let check = decoder.decode(z_check, &Ctx::new(!fused, false), |_, _| {});
         let (a, b) = (flat(video.clone()), flat(check));
-        let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let worst = a
-            .iter()
-            .zip(&b)
-            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         println!(
             "check: fused vs composed norm sites, max |difference| / max |output| = {:.2e} \
              (unclamped, {dtype:?})",
-            worst / scale
+            max_relative_difference(&a, &b)
         );
     }
     if let Some(path) = arg("--save") {
