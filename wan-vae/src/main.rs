@@ -1,47 +1,111 @@
-//! Decodes a Wan video latent with the Burn port of the Wan VAE decoder, every norm site on the
-//! fused RMSNorm + SiLU op, and writes the frames as PNG images and an animated GIF.
+//! The `wan-vae` program: decodes a Wan video latent with the Burn port of the Wan VAE decoder,
+//! every norm site on the fused RMSNorm + SiLU op, and writes the frames as PNG images and an
+//! animated GIF (`wan-vae --help` lists the options).
 //!
-//! ```text
-//! cargo run --release -p wan-vae -- [--weights PATH] [--latent PATH |
-//!     --frames N --height H --width W] [--dtype bf16|f32] [--unfused] [--out DIR]
-//!     [--model wan21|wan22] [--size small|full] [--device cpu|cuda] [--seed S] [--no-check] [--no-write]
-//!     [--no-profile] [--save FILE] [--raw-latent] [--conv-table FILE]
-//! ```
 //! It warms up with one whole decode (kernel compilation) and reports when the first latent
 //! frame was decoded after the program started, times the decode per latent frame with no
 //! extra synchronisation, then decodes once more with a device sync around every convolution,
-//! norm and attention call for the breakdown of its time (skip with `--no-profile`).
-//! `--save FILE` writes the unclamped video as f32 `video` to a safetensors file.
-//! After the timed decode it decodes again with the norm sites composed from Burn ops and
-//! prints the largest difference (skip with `--no-check`).
-//! Without `--weights` it builds a random-weight decoder (`--size small` by default: the
-//! cross-check fixtures' width, base 16) so it runs on the CPU runtime in seconds. `--latent`
-//! reads a safetensors file's `z` (or its only) tensor `[1, z_dim, T, h, w]`, de-normalised
-//! with the model's latent statistics unless `--raw-latent`; otherwise a random latent of
-//! `--frames x --height x --width` is drawn.
+//! norm and attention call for the breakdown of its time (skip with `--no-profile`), and once
+//! more with the norm sites composed from Burn ops to print the largest difference (skip with
+//! `--no-check`). Without `--weights` it builds a random-weight decoder (`--size small` by
+//! default: the cross-check fixtures' width, base 16) that runs on the CPU runtime in seconds.
 
-use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use wan_vae::{Ctx, WanConfig, WanDecoder, Weights, denormalize};
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+/// Decodes a Wan video latent with the Burn port of the Wan VAE decoder (every norm site on the
+/// fused RMSNorm + SiLU op) and writes the frames as PNG images and an animated GIF.
+#[derive(Parser, Debug)]
+#[command(name = "wan-vae", version)]
+struct Args {
+    /// Decoder weights: a Wan2.1 or Wan2.2 VAE safetensors file, diffusers or original key
+    /// names (the layout is detected from the shapes). Without it: random weights.
+    #[arg(long, value_name = "FILE")]
+    weights: Option<PathBuf>,
+    /// Random weights' model layout (without --weights).
+    #[arg(long, value_enum, default_value_t = Model::Wan21, conflicts_with = "weights")]
+    model: Model,
+    /// Random weights' width: the cross-check fixtures' (base 16, runs on the CPU runtime in
+    /// seconds) or the published model's (without --weights).
+    #[arg(long, value_enum, default_value_t = Size::Small, conflicts_with = "weights")]
+    size: Size,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// A safetensors file whose `z` (or only) tensor `[1, z_dim, T, h, w]` is the latent.
+    /// Without it: a random latent of --frames x --height x --width.
+    #[arg(long, value_name = "FILE")]
+    latent: Option<PathBuf>,
+    /// The latent is already de-normalised (skip the model's latent statistics).
+    #[arg(long, requires = "latent")]
+    raw_latent: bool,
+    /// Latent frames of the random latent (video frames: 1 + 4 (T - 1)).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "latent")]
+    frames: u32,
+    /// Latent height of the random latent (video: 8x).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "latent")]
+    height: u32,
+    /// Latent width of the random latent (video: 8x, or 16x for Wan2.2).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "latent")]
+    width: u32,
+    /// Weights' and activations' dtype.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    dtype: Precision,
+    /// The device; by default CUDA when a GPU answers, else the CubeCL CPU runtime.
+    #[arg(long, value_enum)]
+    device: Option<DeviceKind>,
+    /// Norm sites composed from Burn ops instead of the fused kernel.
+    #[arg(long)]
+    unfused: bool,
+    /// Skip the second decode with the other norm implementation and its comparison.
+    #[arg(long)]
+    no_check: bool,
+    /// Skip the profiled decode (a device sync around every convolution, norm and attention
+    /// call, for the breakdown of the time).
+    #[arg(long)]
+    no_profile: bool,
+    /// Write no PNG frames and no GIF.
+    #[arg(long)]
+    no_write: bool,
+    /// Directory of the PNG frames and the GIF.
+    #[arg(long, value_name = "DIR", default_value = "wan_vae_out")]
+    out: PathBuf,
+    /// Also write the unclamped video as f32 `video` to this safetensors file.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// A convolution table fresh from the tuner (benches/conv.rs), used instead of the
+    /// compiled-in one.
+    #[arg(long, value_name = "FILE")]
+    conv_table: Option<PathBuf>,
 }
 
-fn flag(name: &str) -> bool {
-    std::env::args().any(|a| a == name)
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Model {
+    Wan21,
+    Wan22,
 }
 
-fn number(name: &str, default: usize) -> usize {
-    arg(name).map_or(default, |v| {
-        v.parse()
-            .unwrap_or_else(|_| fail(&format!("{name} must be a whole number, got `{v}`")))
-    })
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Size {
+    Small,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Precision {
+    F32,
+    Bf16,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DeviceKind {
+    Cpu,
+    Cuda,
 }
 
 fn fail(message: &str) -> ! {
@@ -50,11 +114,10 @@ fn fail(message: &str) -> ! {
 }
 
 /// CUDA when a driver and a device answer, else the CubeCL CPU runtime.
-fn pick_device() -> (Device, &'static str) {
-    match arg("--device").as_deref() {
-        Some("cuda") => return (Device::cuda(0), "CUDA device 0"),
-        Some("cpu") => return (cpu_runtime(), "CubeCL CPU runtime"),
-        Some(other) => fail(&format!("--device must be cpu or cuda, got `{other}`")),
+fn pick_device(kind: Option<DeviceKind>) -> (Device, &'static str) {
+    match kind {
+        Some(DeviceKind::Cuda) => return (Device::cuda(0), "CUDA device 0"),
+        Some(DeviceKind::Cpu) => return (cpu_runtime(), "CubeCL CPU runtime"),
         None => {}
     }
     if std::path::Path::new("/dev/nvidiactl").exists() {
@@ -82,27 +145,29 @@ fn cpu_runtime() -> Device {
 }
 
 /// A safetensors file's bytes (read once: `--latent` serves as the input and the reference).
-fn read_file(path: &str) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| fail(&format!("--latent {path}: {e}")))
+fn read_file(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| fail(&format!("--latent {}: {e}", path.display())))
 }
 
 /// A latent from a safetensors file: the tensor `z`, or the file's only tensor.
-fn read_latent(path: &str, bytes: &[u8], device: &Device) -> Tensor<5> {
+fn read_latent(path: &Path, bytes: &[u8], device: &Device) -> Tensor<5> {
+    let shown = path.display();
     let file = safetensors::SafeTensors::deserialize(bytes)
-        .unwrap_or_else(|e| fail(&format!("--latent {path}: not a safetensors file: {e}")));
+        .unwrap_or_else(|e| fail(&format!("--latent {shown}: not a safetensors file: {e}")));
     let names = file.names();
     let name = if names.contains(&"z") {
         "z".to_string()
     } else if names.len() == 1 {
         names[0].to_string()
     } else {
-        fail(&format!("--latent {path}: no tensor `z` among {names:?}"))
+        fail(&format!("--latent {shown}: no tensor `z` among {names:?}"))
     };
     read_tensor(path, bytes, &name, device).expect("listed tensor")
 }
 
 /// The 5-D tensor `name` of a safetensors file, if it has one.
-fn read_tensor(path: &str, bytes: &[u8], name: &str, device: &Device) -> Option<Tensor<5>> {
+fn read_tensor(path: &Path, bytes: &[u8], name: &str, device: &Device) -> Option<Tensor<5>> {
+    let path = path.display();
     let file = safetensors::SafeTensors::deserialize(bytes)
         .unwrap_or_else(|e| fail(&format!("--latent {path}: not a safetensors file: {e}")));
     let view = file.tensor(name).ok()?;
@@ -151,8 +216,9 @@ fn flat(t: Tensor<5>) -> Vec<f32> {
         .expect("f32 values")
 }
 
-fn write_outputs(dir: &str, frames: &[Vec<u8>], width: usize, height: usize) {
-    std::fs::create_dir_all(dir).unwrap_or_else(|e| fail(&format!("--out {dir}: {e}")));
+fn write_outputs(dir: &Path, frames: &[Vec<u8>], width: usize, height: usize) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| fail(&format!("--out {}: {e}", dir.display())));
+    let dir = dir.display();
     for (i, rgb) in frames.iter().enumerate() {
         let path = format!("{dir}/frame_{i:03}.png");
         let file = std::fs::File::create(&path).unwrap_or_else(|e| fail(&format!("{path}: {e}")));
@@ -174,23 +240,8 @@ fn write_outputs(dir: &str, frames: &[Vec<u8>], width: usize, height: usize) {
     }
 }
 
-fn progress(done: usize, total: usize, elapsed: Duration) {
-    let width = 30;
-    let filled = done * width / total.max(1);
-    eprint!(
-        "\r[{}{}] latent frame {done}/{total}  {:.2} s",
-        "#".repeat(filled),
-        " ".repeat(width - filled),
-        elapsed.as_secs_f64()
-    );
-    let _ = std::io::stderr().flush();
-    if done == total {
-        eprintln!();
-    }
-}
-
 /// Decodes `z` with a device sync after every latent frame: the video and each latent frame's
-/// wall time.
+/// wall time. With `show_progress`, a progress bar on stderr (drawn only on a terminal).
 fn timed_decode(
     decoder: &WanDecoder,
     z: Tensor<5>,
@@ -198,22 +249,27 @@ fn timed_decode(
     show_progress: bool,
 ) -> (Tensor<5>, Vec<Duration>) {
     let latent_frames = z.dims()[2];
-    let start = Instant::now();
+    let bar = if show_progress {
+        ProgressBar::new(latent_frames as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("[{bar:30}] latent frame {pos}/{len}  {elapsed_precise}")
+            .expect("progress template")
+            .progress_chars("#> "),
+    );
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
-    if show_progress {
-        progress(0, latent_frames, Duration::ZERO);
-    }
-    let video = decoder.decode(z, ctx, |i, out| {
+    let video = decoder.decode(z, ctx, |_, out| {
         out.device().sync().expect("sync");
         per_frame.push(frame_start.elapsed());
         frame_start = Instant::now();
-        if show_progress {
-            progress(i + 1, latent_frames, start.elapsed());
-        }
+        bar.inc(1);
     });
     // The decode ends when the assembled video is on the device.
     video.device().sync().expect("sync");
+    bar.finish_and_clear();
     (video, per_frame)
 }
 
@@ -242,13 +298,15 @@ fn psnr(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// Writes the video `[B, 3, F, H, W]` (before the clamp) as f32 `video` in a safetensors file.
-fn save_video(path: &str, video: Tensor<5>) {
+fn save_video(path: &Path, video: Tensor<5>) {
+    let file = path;
+    let path = path.display();
     let shape = video.dims().to_vec();
     let values = flat(video);
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &bytes)
         .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
-    safetensors::serialize_to_file([("video", view)], None, std::path::Path::new(path))
+    safetensors::serialize_to_file([("video", view)], None, file)
         .unwrap_or_else(|e| fail(&format!("--save {path}: {e}")));
 }
 
@@ -273,43 +331,38 @@ impl log::Log for StderrWarnings {
 fn main() {
     let process_start = Instant::now();
     let _ = log::set_logger(&StderrWarnings).map(|()| log::set_max_level(log::LevelFilter::Warn));
-    let (device, device_name) = pick_device();
-    let dtype = match arg("--dtype").as_deref() {
-        None | Some("f32") => DType::F32,
-        Some("bf16") => DType::BF16,
-        Some(other) => fail(&format!("--dtype must be bf16 or f32, got `{other}`")),
+    let args = Args::parse();
+    let (device, device_name) = pick_device(args.device);
+    let dtype = match args.dtype {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
     };
-    let fused = !flag("--unfused");
-    if let Some(path) = arg("--conv-table") {
+    let fused = !args.unfused;
+    if let Some(file) = &args.conv_table {
+        let path = file.display();
         // A convolution table fresh from the tuner, tried before it is compiled in.
-        let text = std::fs::read_to_string(&path)
+        let text = std::fs::read_to_string(file)
             .unwrap_or_else(|e| fail(&format!("--conv-table {path}: {e}")));
         let n = burn_rmsnorm_silu::kernels::conv::table::install(&text)
             .unwrap_or_else(|e| fail(&format!("--conv-table {path}: {e}")));
         println!("convolution table: {n} entries from {path}");
     }
-    let seed: u64 = number("--seed", 7) as u64;
-    let out_dir = arg("--out").unwrap_or_else(|| "wan_vae_out".into());
+    let seed = args.seed;
 
-    let (config, mut weights, source) = match arg("--weights") {
+    let (config, mut weights, source) = match &args.weights {
         Some(path) => {
-            let weights = Weights::from_file(&path).unwrap_or_else(|e| fail(&e.to_string()));
+            let shown = path.display().to_string();
+            let weights = Weights::from_file(&shown).unwrap_or_else(|e| fail(&e.to_string()));
             let config =
                 WanConfig::detect(|k| weights.shape(k)).unwrap_or_else(|e| fail(&e.to_string()));
-            (config, weights, path)
+            (config, weights, shown)
         }
         None => {
-            let full = match arg("--size").as_deref() {
-                None | Some("small") => false,
-                Some("full") => true,
-                Some(other) => fail(&format!("--size must be small or full, got `{other}`")),
-            };
-            let config = match (arg("--model").as_deref(), full) {
-                (None | Some("wan21"), false) => WanConfig::small21(),
-                (None | Some("wan21"), true) => WanConfig::wan21(),
-                (Some("wan22"), false) => WanConfig::small22(),
-                (Some("wan22"), true) => WanConfig::wan22(),
-                (Some(other), _) => fail(&format!("--model must be wan21 or wan22, got `{other}`")),
+            let config = match (args.model, args.size) {
+                (Model::Wan21, Size::Small) => WanConfig::small21(),
+                (Model::Wan21, Size::Full) => WanConfig::wan21(),
+                (Model::Wan22, Size::Small) => WanConfig::small22(),
+                (Model::Wan22, Size::Full) => WanConfig::wan22(),
             };
             (
                 config,
@@ -324,10 +377,10 @@ fn main() {
     drop(weights);
     let load_time = load_start.elapsed();
 
-    let latent_bytes = arg("--latent").map(|path| read_file(&path));
-    let z = match arg("--latent") {
+    let latent_bytes = args.latent.as_deref().map(read_file);
+    let z = match &args.latent {
         Some(path) => {
-            let z = read_latent(&path, latent_bytes.as_deref().expect("read"), &device);
+            let z = read_latent(path, latent_bytes.as_deref().expect("read"), &device);
             if z.dims()[1] != config.z_dim {
                 fail(&format!(
                     "--latent has {} channels; this decoder takes z_dim = {}",
@@ -335,7 +388,7 @@ fn main() {
                     config.z_dim
                 ));
             }
-            if flag("--raw-latent") {
+            if args.raw_latent {
                 z
             } else if !config.has_published_statistics() {
                 fail(&format!(
@@ -351,9 +404,9 @@ fn main() {
             let shape = [
                 1,
                 config.z_dim,
-                number("--frames", 3),
-                number("--height", 8),
-                number("--width", 12),
+                args.frames as usize,
+                args.height as usize,
+                args.width as usize,
             ];
             Tensor::random(shape, burn::tensor::Distribution::Normal(0.0, 1.0), &device)
         }
@@ -389,7 +442,7 @@ fn main() {
     // shapes because of the causal cache; each new shape compiles its kernels), then the timed
     // decode with no extra synchronisation, then (unless --no-profile) a decode with a device
     // sync around every norm, convolution and attention call for the breakdown.
-    let profile = !flag("--no-profile");
+    let profile = !args.no_profile;
     let warm = Instant::now();
     let mut first_frame = None;
     let _ = decoder
@@ -420,11 +473,12 @@ fn main() {
         Duration::ZERO
     };
     let z_check = z;
-    if let Some(path) = arg("--latent") {
+    if let Some(path) = &args.latent {
         // A file that also holds PyTorch's output of the same decode (`decoded_unclamped`, as
         // the cross-check fixtures do): compare before the clamp, and the PSNR after it.
         let bytes = latent_bytes.as_deref().expect("read with --latent");
-        if let Some(reference) = read_tensor(&path, bytes, "decoded_unclamped", &device) {
+        if let Some(reference) = read_tensor(path, bytes, "decoded_unclamped", &device) {
+            let path = path.display();
             let (a, b) = (flat(video.clone()), flat(reference));
             println!(
                 "reference: vs `decoded_unclamped` of {path}: max |difference| / max |reference| \
@@ -434,7 +488,7 @@ fn main() {
             );
         }
     }
-    if !flag("--no-check") {
+    if !args.no_check {
         // The same decode with the norm sites composed from Burn ops: the fused op must not
         // change the video beyond rounding.
         let check = decoder.decode(z_check, &Ctx::new(!fused, false), |_, _| {});
@@ -445,8 +499,8 @@ fn main() {
             max_relative_difference(&a, &b)
         );
     }
-    if let Some(path) = arg("--save") {
-        save_video(&path, video.clone());
+    if let Some(path) = &args.save {
+        save_video(path, video.clone());
     }
     let video = video.clamp(-1.0, 1.0);
     let (frames, width, height) = to_rgb(video);
@@ -489,16 +543,17 @@ fn main() {
             share(rest)
         );
     }
-    if flag("--no-write") {
+    if args.no_write {
         println!(
             "{} frames of {width}x{height} decoded (--no-write: nothing written)",
             frames.len()
         );
     } else {
-        write_outputs(&out_dir, &frames, width, height);
+        write_outputs(&args.out, &frames, width, height);
         println!(
-            "wrote {} PNG frames and video.gif ({width}x{height}) to {out_dir}/",
-            frames.len()
+            "wrote {} PNG frames and video.gif ({width}x{height}) to {}/",
+            frames.len(),
+            args.out.display()
         );
     }
 }
