@@ -38,6 +38,15 @@ export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize fallback channels backward bench torch)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+# Results and cubecl's environment into $OUT (after every step, and within long steps): a run
+# that reaches the command's time limit still brings back what finished.
+pack() {
+    [ -n "${OUT:-}" ] || return 0
+    tar czf "$OUT/results.tgz" -C gpu out
+    # ("local" in cubecl.toml puts it in the binaries' working directory, gpu/.)
+    (cd gpu && ls default.db* >/dev/null 2>&1 && tar czf "$OUT/env.tgz" default.db*) \
+        || echo "no cubecl environment in gpu/: $(ls target/environment 2>&1 | tr '\n' ' ')"
+}
 for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
@@ -100,7 +109,8 @@ for step in "${steps[@]}"; do
                  && export PYTHONPATH=/tmp/site
              work=$PWD/gpu/work; mkdir -p "$work"   # weights, latents, videos: not packed into $OUT
              for t in ${WAN_FRAMES:-3 21}; do
-                 timeout 240 python3 scripts/wan_torch.py prepare "$work" $t > "$out/wan-prepare-$t.log" 2>&1 || tail -5 "$out/wan-prepare-$t.log"
+                 [ -f "$work/latent_t$t.safetensors" ] || timeout 240 python3 scripts/wan_torch.py prepare "$work" $t \
+                     > "$out/wan-prepare-$t.log" 2>&1 || tail -5 "$out/wan-prepare-$t.log"
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wan-$t-mem.txt" 2>/dev/null & smi=$!
                  (cd gpu && timeout "${WAN_TIMEOUT:-200}" ./wan --weights "$work/wan21_random_decoder.safetensors" \
                      --latent "$work/latent_t$t.safetensors" --raw-latent --dtype bf16 --no-write ${WAN_ARGS:---no-check} \
@@ -108,24 +118,20 @@ for step in "${steps[@]}"; do
                  kill $smi 2>/dev/null
                  echo "ours, T = $t: peak $(sort -n "$out/wan-$t-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wan-$t.log"
                  grep -vE "^latent frame|\[#" "$out/wan-$t.log" | tail -8 | cut -c1-260
-                 timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t$t.safetensors" 2>&1 | tail -2
-                 rm -f "$work/ours_t$t.safetensors"
+                 timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t$t.safetensors" 2>&1 \
+                     | tail -2 | tee -a "$out/wan-$t.log"
+                 rm -f "$work/ours_t$t.safetensors"; pack
+                 [ "${WAN_TORCH:-1}" = 1 ] || continue
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/torch-$t-mem.txt" 2>/dev/null & smi=$!
                  timeout 240 python3 scripts/wan_torch.py decode "$work" $t > "$out/torch-decode-$t.log" 2>&1
                  kill $smi 2>/dev/null
-                 cat "$out/torch-decode-$t.log" | tail -4 | cut -c1-240
+                 cat "$out/torch-decode-$t.log" | tail -4 | cut -c1-240; pack
              done
              ;;
         *) echo "unknown step $step"; continue ;;
     esac
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
-    # Packed after every step: a call that runs out of time still brings back what finished.
-    if [ -n "${OUT:-}" ]; then
-        tar czf "$OUT/results.tgz" -C gpu out
-        # ("local" in cubecl.toml puts it in the binaries' working directory, gpu/.)
-        (cd gpu && ls default.db* >/dev/null 2>&1 && tar czf "$OUT/env.tgz" default.db*) \
-            || echo "no cubecl environment in gpu/: $(ls target/environment 2>&1 | tr '\n' ' ')"
-    fi
+    pack
 done
 grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160

@@ -69,6 +69,7 @@ mod cube {
         fn attention_one_head(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
             let options = AttentionModuleOptions::default();
             if q.client.properties().hardware.plane_size_max >= 32 {
+                let mut refusals = Vec::new();
                 for num_planes in PLANES {
                     let strategy = Strategy::BlackboxAccelerated(BlueprintStrategy::Inferred(
                         BlackboxAcceleratedStrategy {
@@ -88,10 +89,14 @@ mod cube {
                     );
                     match flash {
                         Ok(out) => return out,
-                        Err(e) => log::debug!("flash attention, {num_planes} planes: {e:?}"),
+                        Err(e) => refusals.push(format!("{num_planes} planes: {e:?}")),
                     }
                 }
-                log::warn!("flash attention refused every plane count; unfused attention");
+                log::warn!(
+                    "flash attention refused for q {:?} ({}); unfused attention",
+                    q.meta.shape(),
+                    refusals.join("; ")
+                );
             }
             attention(q, k, v, None, None, options, AttentionStrategy::Fallback)
                 .expect("the unfused attention always runs")

@@ -120,20 +120,32 @@ impl std::fmt::Display for ConvChoice {
 /// [`fallback_knobs`]. (cubek's own selection, [`ConvChoice::Inferred`], asks for more shared
 /// memory than an sm_90 multiprocessor has on the decoder's shapes (319,488 of 232,448 bytes
 /// at 96 channels), so it is the launch's last resort, not the fallback.)
+///
+/// The table is tuned on steady-state shapes (no temporal padding). A shape with zero frames
+/// padded in front (the first chunks of a causal decode) takes its entry's tiles on the plain
+/// strided loader: the TMA loaders' launches fail on those shapes on sm_90.
 pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
-    ConvChoice::Knobs(
-        sm.and_then(|sm| lookup_conv(sm, shape))
-            .map_or_else(|| fallback_knobs(shape), |e| e.knobs),
-    )
+    let mut knobs = sm
+        .and_then(|sm| lookup_conv(sm, shape))
+        .map_or_else(|| fallback_knobs(shape), |e| e.knobs);
+    if knobs.tma() && shape.padding[0] > 0 {
+        knobs.algorithm = cubek::convolution::ConvAlgorithm::SimpleSyncStrided;
+    }
+    ConvChoice::Knobs(knobs)
 }
 
 /// A configuration for shapes the table does not cover: the layout that won most tuned
 /// shapes (2 x 12 `mma.sync` tiles of 16 x 8 per plane, 4 planes along the positions; 128
 /// positions by 96 channels per cube), narrowed to the output channels, on the plain strided
-/// loader, with a reduction step of 64 (16 when `C_in` is narrower than 64).
+/// loader, with a reduction step of 64 (16 when `C_in` is narrower than 64), widened until the
+/// weight stage splits evenly over the cube's 128 loading units (cubek refuses a stage whose
+/// vectors of 8 do not divide by the unit count: `k_tiles * n_tiles` must be a multiple of 8).
 pub fn fallback_knobs(shape: &ConvShape) -> ConvKnobs {
     let n_tiles = shape.c_out.div_ceil(8).clamp(1, 12) as u32;
-    let k_tiles = if shape.c_in >= 64 { 4 } else { 1 };
+    let mut k_tiles = if shape.c_in >= 64 { 4 } else { 1 };
+    while (k_tiles * n_tiles) % 8 != 0 {
+        k_tiles += 1;
+    }
     ConvKnobs {
         algorithm: cubek::convolution::ConvAlgorithm::SimpleSyncStrided,
         tile_kind: cubek::convolution::AcceleratedTileKind::Mma,
@@ -330,14 +342,49 @@ mod tests {
         );
         s.c_out = 3;
         assert_eq!(fallback_knobs(&s).cube_cols(), 8);
+        // One tile of 8 channels: the reduction step widens to 8 x 16 so that the weight
+        // stage (128 x 8 values, 128 vectors of 8) splits over 128 loading units.
+        assert_eq!(fallback_knobs(&s).stage_k(), 128);
         s.c_in = 16;
-        assert_eq!(fallback_knobs(&s).stage_k(), 16);
+        assert_eq!(fallback_knobs(&s).stage_k(), 128);
+        // The decoder's narrow shapes: conv_in (16 -> 384), post_quant_conv (16 -> 16).
+        for (c_in, c_out) in [(16, 384), (16, 16), (96, 3), (384, 384), (192, 96)] {
+            let s = ConvShape { c_in, c_out, ..s };
+            let k = fallback_knobs(&s);
+            let weight_vectors = k.stage_k() * k.cube_cols() / 8;
+            assert_eq!(weight_vectors % 128, 0, "{c_in} -> {c_out}: {k}");
+        }
         // A shape class the table lacks gets the fallback, not cubek's own selection.
         assert_eq!(
             select_conv(Some(90), &s),
             ConvChoice::Knobs(fallback_knobs(&s))
         );
         assert_eq!(select_conv(None, &s), ConvChoice::Knobs(fallback_knobs(&s)));
+    }
+
+    #[test]
+    fn temporal_padding_leaves_the_tma_loaders() {
+        // The sm_90 table's 384-channel entry is on a TMA loader; the first chunk's shape (zero
+        // frames in front) takes the same tiles on the strided loader.
+        let steady = ConvShape {
+            c_in: 384,
+            c_out: 384,
+            ..shape([3, 60, 104], [3, 3, 3], [0, 1, 1], [1, 60, 104])
+        };
+        let first = ConvShape {
+            input: [1, 60, 104],
+            padding: [2, 1, 1],
+            ..steady
+        };
+        let (ConvChoice::Knobs(a), ConvChoice::Knobs(b)) = (
+            select_conv(Some(90), &steady),
+            select_conv(Some(90), &first),
+        ) else {
+            panic!("the table answers with knobs");
+        };
+        assert!(a.tma(), "{a}");
+        assert!(!b.tma(), "{b}");
+        assert_eq!((a.partition, a.stage), (b.partition, b.stage));
     }
 
     #[test]
