@@ -3,7 +3,8 @@
 //!
 //! Burn runs its flash kernels only through its autotune; without Burn's autotune (the GPU
 //! build) its default is the unfused fallback, so CubeCL backends call the flash routine
-//! directly here. Its tiles are f16 (bf16 inputs are converted), with f32 accumulation.
+//! directly here. Its tiles are f16 (other inputs are converted to f16 first), with f32
+//! accumulation.
 
 #![allow(deprecated)]
 
@@ -52,8 +53,10 @@ pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor
 
 #[cfg(any(feature = "cuda", feature = "cpu"))]
 mod cube {
+    use burn::tensor::DType;
     use burn::tensor::ops::AttentionModuleOptions;
     use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::cast;
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention, flash_attention};
     use burn_cubecl::tensor::CubeTensor;
     use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
@@ -63,12 +66,23 @@ mod cube {
 
     /// Planes per cube for the flash routine, tried in turn (for one head of 384 channels only
     /// some divide the tile; cubek refuses the others).
-    const PLANES: [u8; 3] = [4, 2, 8];
+    const PLANES: [u8; 4] = [4, 2, 8, 1];
 
     impl AttentionBackend for CubeBackend {
         fn attention_one_head(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
             let options = AttentionModuleOptions::default();
             if q.client.properties().hardware.plane_size_max >= 32 {
+                // The routine's tiles are f16 and it has no stage that converts the inputs
+                // (bf16 in is refused), so the inputs are converted here and the output back.
+                let dtype = q.dtype;
+                let to_f16 = |t: CubeTensor| {
+                    if t.dtype == DType::F16 {
+                        t
+                    } else {
+                        cast(t, DType::F16)
+                    }
+                };
+                let (q16, k16, v16) = (to_f16(q.clone()), to_f16(k.clone()), to_f16(v.clone()));
                 let mut refusals = Vec::new();
                 for num_planes in PLANES {
                     let strategy = Strategy::BlackboxAccelerated(BlueprintStrategy::Inferred(
@@ -79,16 +93,17 @@ mod cube {
                         },
                     ));
                     let flash = flash_attention(
-                        q.clone(),
-                        k.clone(),
-                        v.clone(),
+                        q16.clone(),
+                        k16.clone(),
+                        v16.clone(),
                         None,
                         None,
                         options,
                         strategy,
                     );
                     match flash {
-                        Ok(out) => return out,
+                        Ok(out) if out.dtype == dtype => return out,
+                        Ok(out) => return cast(out, dtype),
                         Err(e) => refusals.push(format!("{num_planes} planes: {e:?}")),
                     }
                 }
