@@ -56,8 +56,8 @@ mod cube {
     use burn::tensor::DType;
     use burn::tensor::ops::AttentionModuleOptions;
     use burn_cubecl::CubeBackend;
-    use burn_cubecl::kernel::cast;
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention, flash_attention};
+    use burn_cubecl::kernel::cast;
     use burn_cubecl::tensor::CubeTensor;
     use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
     use rmsnorm_silu_kernels::cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;

@@ -50,3 +50,8 @@ pub use nvfp4::{
 };
 pub use rmsnorm_silu_kernels as kernels;
 pub use rmsnorm_silu_kernels::Activation;
+
+/// The README's examples, compiled and run by `cargo test` as doctests (on the CPU runtime).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
