@@ -27,6 +27,8 @@ pub mod autodiff;
 pub mod backend;
 pub mod composed;
 pub mod conv;
+/// Only with the CubeCL CPU runtime, whose JIT needs the symbol it exports.
+#[cfg(feature = "cpu")]
 #[doc(hidden)]
 pub mod cpu_bf16_shim;
 #[cfg(any(feature = "cuda", feature = "cpu"))]

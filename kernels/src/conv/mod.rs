@@ -143,7 +143,7 @@ pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
 pub fn fallback_knobs(shape: &ConvShape) -> ConvKnobs {
     let n_tiles = shape.c_out.div_ceil(8).clamp(1, 12) as u32;
     let mut k_tiles = if shape.c_in >= 64 { 4 } else { 1 };
-    while (k_tiles * n_tiles) % 8 != 0 {
+    while !(k_tiles * n_tiles).is_multiple_of(8) {
         k_tiles += 1;
     }
     ConvKnobs {
