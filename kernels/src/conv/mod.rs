@@ -123,7 +123,9 @@ impl std::fmt::Display for ConvChoice {
 ///
 /// The table is tuned on steady-state shapes (no temporal padding). A shape with zero frames
 /// padded in front (the first chunks of a causal decode) takes its entry's tiles on the plain
-/// strided loader: the TMA loaders' launches fail on those shapes on sm_90.
+/// strided loader: the TMA loaders were never checked with front padding (their im2col tensor
+/// maps take the padding as negative corners), and a failed TMA launch fails every later
+/// launch that reads its output.
 pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
     let mut knobs = sm
         .and_then(|sm| lookup_conv(sm, shape))
