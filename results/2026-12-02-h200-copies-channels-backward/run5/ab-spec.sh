@@ -1,3 +1,3 @@
 export RMSNORM_AB="96 24960 bf16 v8.l6.r20.u1.c2.plane.greg.m792.fast.pf; 160 24960 bf16 v4.l8.r16.u1.c5.plane.greg.m792.fast.pf v8.l8.r16.u1.c3.plane.greg.m792.fast.pf v4.l8.r16.u1.c5.plane.greg.m1056.fast.pf; 160 99840 bf16 v8.l8.r16.u1.c3.plane.greg.m792.fast.pf v4.l8.r16.u1.c5.plane.greg.m792.fast.pf v8.l8.r16.u1.c3.plane.greg.m1056.fast.pf; 512 24960 bf16 v8.l32.r4.u1.c2.plane.greg.m1056.pf v8.l32.r4.u1.c2.plane.greg.m1056.fast.pf v8.l32.r4.u1.c2.plane.greg.m792.fast.pf v8.l32.r4.u1.c2.plane.greg.m528.fast.pf v8.l16.r8.u1.c4.plane.greg.m1056.fast.pf"
-AB_TIMEOUT=150 bash scripts/gpu-session.sh ab
+AB_TIMEOUT=150 bash scripts/gpu-steps.sh ab
 cat gpu/out/ab.log

@@ -4,6 +4,6 @@ export RMSNORM_AB="64 99840 fp8 v8.l4.r32.u1.c2.plane.greg.m792.fast.pf.f32 v8.l
 s=$(date +%s); (cd gpu && timeout 150 ./bench ab > out/ab-fp8b.log 2>&1); echo "ab $(( $(date +%s)-s )) s"
 tar czf $OUT/results.tgz -C gpu out
 grep -E "^ab" gpu/out/ab-fp8b.log | sed -E 's/ \(read-heavy.*//' | cut -c1-120
-s=$(date +%s); RMSNORM_TEST_CASE_THREADS=8 TESTS_FILTER="kernel_knobs::every_knob_path_writes_every_element" TESTS_TIMEOUT=330 TESTS_THREADS=4 bash scripts/gpu-session.sh tests; echo "tests $(( $(date +%s)-s )) s"
+s=$(date +%s); RMSNORM_TEST_CASE_THREADS=8 TESTS_FILTER="kernel_knobs::every_knob_path_writes_every_element" TESTS_TIMEOUT=330 TESTS_THREADS=4 bash scripts/gpu-steps.sh tests; echo "tests $(( $(date +%s)-s )) s"
 tar czf $OUT/results.tgz -C gpu out
 grep -E "test result|FAIL|panicked|^test " gpu/out/tests.log | head -20

@@ -2,8 +2,8 @@ set -u
 mkdir -p gpu/out; cp call2.sh gpu/out/
 export RMSNORM_AB="64 399360 bf16 v8.l4.r8.u2.c2.plane.greg.m-.fast; 96 99840 bf16 v8.l4.r16.u1.c3.plane.greg.m-.fast; 96 399360 bf16 v8.l4.r16.u1.c3.plane.greg.m-.fast; 256 6240 bf16 v8.l32.r8.u1.c1.plane.greg.m-.fast; 384 6240 bf16 v8.l16.r16.u1.c3.plane.greg.m1056.fast; 96 24960 bf16 v8.l6.r20.u1.c2.plane.greg.m-.fast.pf v8.l6.r20.u1.c2.plane.greg.m-.fast v8.l4.r16.u1.c3.plane.greg.m-.fast; 160 24960 bf16 v4.l8.r16.u1.c5.plane.greg.m-.fast.pf v4.l8.r16.u1.c5.plane.greg.m-.fast v8.l8.r16.u1.c3.plane.greg.m-.fast; 160 99840 bf16 v8.l8.r16.u1.c3.plane.greg.m-.fast.pf v8.l8.r16.u1.c3.plane.greg.m-.fast v4.l8.r16.u1.c5.plane.greg.m-.fast; 64 24960 fp8 v8.l8.r16.u1.c1.plane.greg.m-.fast; 192 6240 fp8 v8.l32.r8.u1.c1.plane.greg.m-.fast"
 s=$(date +%s); (cd gpu && xz -dkf bench.xz bench-old.xz && chmod +x bench bench-old && timeout 150 ./bench ab > out/ab.log 2>&1; timeout 150 ./bench-old ab > out/ab-old.log 2>&1); echo "ab $(( $(date +%s)-s )) s"
-s=$(date +%s); RMSNORM_QUANT_SWEEP=0 QUANT_TIMEOUT=100 bash scripts/gpu-session.sh quant; echo "quant $(( $(date +%s)-s )) s"
-s=$(date +%s); RMSNORM_QUANT_SWEEP=0 QUANT_TIMEOUT=100 BENCH_BIN=bench-old QUANT_TAG=-old bash scripts/gpu-session.sh quant; echo "quant-old $(( $(date +%s)-s )) s"
+s=$(date +%s); RMSNORM_QUANT_SWEEP=0 QUANT_TIMEOUT=100 bash scripts/gpu-steps.sh quant; echo "quant $(( $(date +%s)-s )) s"
+s=$(date +%s); RMSNORM_QUANT_SWEEP=0 QUANT_TIMEOUT=100 BENCH_BIN=bench-old QUANT_TAG=-old bash scripts/gpu-steps.sh quant; echo "quant-old $(( $(date +%s)-s )) s"
 s=$(date +%s); (cd gpu && RMSNORM_BENCH_C=384 RMSNORM_CHANNELS_SWEEP=0 timeout 60 ./bench channels --out out/ch > out/channels.log 2>&1; RMSNORM_BENCH_C=384 RMSNORM_CHANNELS_SWEEP=0 timeout 60 ./bench-old channels --out out/ch-old > out/channels-old.log 2>&1); echo "channels $(( $(date +%s)-s )) s"
 tar czf $OUT/results.tgz -C gpu out
 grep -E "x1\.|x0\." gpu/out/ab.log | head -30; echo OLD; grep -E "x1\.|x0\." gpu/out/ab-old.log | head -30; grep -ciE "nvfp4" gpu/out/quant.log; grep -h "single tile" gpu/out/channels.log gpu/out/channels-old.log
