@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; cp call2.sh gpu/out/
+mkdir -p gpu/out; cp commands.sh gpu/out/
 export RMSNORM_AB="64 399360 bf16 v8.l4.r8.u2.c2.plane.greg.m-.fast; 96 99840 bf16 v8.l4.r16.u1.c3.plane.greg.m-.fast; 96 399360 bf16 v8.l4.r16.u1.c3.plane.greg.m-.fast; 256 6240 bf16 v8.l32.r8.u1.c1.plane.greg.m-.fast; 384 6240 bf16 v8.l16.r16.u1.c3.plane.greg.m1056.fast; 96 24960 bf16 v8.l6.r20.u1.c2.plane.greg.m-.fast.pf v8.l6.r20.u1.c2.plane.greg.m-.fast v8.l4.r16.u1.c3.plane.greg.m-.fast; 160 24960 bf16 v4.l8.r16.u1.c5.plane.greg.m-.fast.pf v4.l8.r16.u1.c5.plane.greg.m-.fast v8.l8.r16.u1.c3.plane.greg.m-.fast; 160 99840 bf16 v8.l8.r16.u1.c3.plane.greg.m-.fast.pf v8.l8.r16.u1.c3.plane.greg.m-.fast v4.l8.r16.u1.c5.plane.greg.m-.fast; 64 24960 fp8 v8.l8.r16.u1.c1.plane.greg.m-.fast; 192 6240 fp8 v8.l32.r8.u1.c1.plane.greg.m-.fast"
 s=$(date +%s); (cd gpu && xz -dkf bench.xz bench-old.xz && chmod +x bench bench-old && timeout 150 ./bench ab > out/ab.log 2>&1; timeout 150 ./bench-old ab > out/ab-old.log 2>&1); echo "ab $(( $(date +%s)-s )) s"
 s=$(date +%s); RMSNORM_QUANT_SWEEP=0 QUANT_TIMEOUT=100 bash scripts/gpu-steps.sh quant; echo "quant $(( $(date +%s)-s )) s"

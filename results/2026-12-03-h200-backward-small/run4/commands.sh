@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; cp call4.sh gpu/out/
+mkdir -p gpu/out; cp commands.sh gpu/out/
 s=$(date +%s); bash scripts/gpu-steps.sh bench; tar czf $OUT/results.tgz -C gpu out; echo "bench $(( $(date +%s)-s )) s"
 s=$(date +%s); TESTS_FILTER="nvfp4::nvfp4_table_entries nvfp4::nvfp4_bytes_match nvfp4::nvfp4_lane_counts nvfp4::kernel_codecs kernel_knobs::lut_configurations fp8::fp8_table_entries fp8::fp8_codes kernel_knobs::selected_knobs forward" TESTS_TIMEOUT=150 TESTS_THREADS=16 bash scripts/gpu-steps.sh tests; echo "tests $(( $(date +%s)-s )) s"
 tar czf $OUT/results.tgz -C gpu out

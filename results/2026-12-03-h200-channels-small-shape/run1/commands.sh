@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; cp call1.sh gpu/out/
+mkdir -p gpu/out; cp commands.sh gpu/out/
 (cd gpu && xz -dkf bench.xz && chmod +x bench)
 export RMSNORM_AB="1024 399360 bf16 v8.l32.r1.u1.c4.plane.gglob.m-.fast v8.l32.r2.u1.c4.plane.greg.m-.fast v8.l32.r4.u1.c4.plane.greg.m-.fast v8.l16.r2.u1.c8.plane.gglob.m-.fast v8.l32.r1.u1.c4.plane.greg.m-.fast v8.l32.r8.u1.c4.plane.greg.m1056.fast"
 s=$(date +%s); (cd gpu && timeout 100 ./bench ab > out/ab.log 2>&1); echo "ab $(( $(date +%s)-s )) s"

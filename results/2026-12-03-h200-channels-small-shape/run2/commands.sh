@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; cp call2b.sh gpu/out/
+mkdir -p gpu/out; cp commands.sh gpu/out/
 s=$(date +%s); RMSNORM_TEST_CASE_THREADS=8 TESTS_FILTER="kernel_knobs::every_knob_path_writes_every_element" TESTS_TIMEOUT=300 TESTS_THREADS=4 bash scripts/gpu-steps.sh tests; echo "tests $(( $(date +%s)-s )) s"
 tar czf $OUT/results.tgz -C gpu out
 grep -E "test result|FAIL|panicked|^test " gpu/out/tests.log | head -20

@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; cp call3.sh gpu/out/
+mkdir -p gpu/out; cp commands.sh gpu/out/
 T0=$(date +%s); left(){ echo $(( 570 - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > gpu/out/gpu.txt
 pack(){ tar czf $OUT/results.tgz -C gpu out; }

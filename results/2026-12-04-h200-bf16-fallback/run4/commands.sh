@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; rm -rf gpu/out/*; cp call4.sh gpu/out/
+mkdir -p gpu/out; rm -rf gpu/out/*; cp commands.sh gpu/out/
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > gpu/out/gpu.txt
 # The 55 bf16 shapes and torch.compile again (a second sample of call 3's comparison).
 s=$(date +%s); bash scripts/gpu-steps.sh bench >/dev/null; echo "bench $(( $(date +%s)-s )) s"

@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; rm -rf gpu/out/*; cp call6.sh gpu/out/
+mkdir -p gpu/out; rm -rf gpu/out/*; cp commands.sh gpu/out/
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > gpu/out/gpu.txt
 # 1. CUDA: the FP8 table test with the three new T = 99840 entries.
 s=$(date +%s); TESTS_THREADS=4 TESTS_FILTER="fp8_table_entries" TESTS_TIMEOUT=120 bash scripts/gpu-steps.sh tests >/dev/null; echo "tests $(( $(date +%s)-s )) s"

@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; rm -rf gpu/out/*; cp call4.sh gpu/out/
+mkdir -p gpu/out; rm -rf gpu/out/*; cp commands.sh gpu/out/
 T0=$(date +%s); left(){ echo $(( 560 - ($(date +%s) - T0) )); }
 pack(){ tar czf $OUT/results.tgz -C gpu out; }
 s=$(date +%s); TESTS_FILTER="nvfp4:: --skip every_nvfp4_knob_path" TESTS_TIMEOUT=300 bash scripts/gpu-steps.sh tests >/dev/null; echo "tests $(( $(date +%s)-s )) s"; grep -E "test result|panicked|FAILED|failed" gpu/out/tests.log | head -20; pack

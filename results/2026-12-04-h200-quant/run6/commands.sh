@@ -1,5 +1,5 @@
 set -u
-mkdir -p gpu/out; rm -rf gpu/out/*; cp call6.sh gpu/out/
+mkdir -p gpu/out; rm -rf gpu/out/*; cp commands.sh gpu/out/
 T0=$(date +%s); left(){ echo $(( 190 - ($(date +%s) - T0) )); }
 pack(){ tar czf $OUT/results.tgz -C gpu out; }
 xz -dkf gpu/tests.xz; chmod +x gpu/tests
