@@ -73,16 +73,10 @@ mod cube {
             let options = AttentionModuleOptions::default();
             if q.client.properties().hardware.plane_size_max >= 32 {
                 // The routine's tiles are f16 and it has no stage that converts the inputs
-                // (bf16 in is refused), so the inputs are converted here and the output back.
+                // (bf16 in is refused), so the inputs are converted here and the output back
+                // (`cast` returns a tensor already of the dtype as it is).
                 let dtype = q.dtype;
-                let to_f16 = |t: CubeTensor| {
-                    if t.dtype == DType::F16 {
-                        t
-                    } else {
-                        cast(t, DType::F16)
-                    }
-                };
-                let (q16, k16, v16) = (to_f16(q.clone()), to_f16(k.clone()), to_f16(v.clone()));
+                let [q16, k16, v16] = [&q, &k, &v].map(|t| cast(t.clone(), DType::F16));
                 let mut refusals = Vec::new();
                 for num_planes in PLANES {
                     let strategy = Strategy::BlackboxAccelerated(BlueprintStrategy::Inferred(
@@ -102,7 +96,6 @@ mod cube {
                         strategy,
                     );
                     match flash {
-                        Ok(out) if out.dtype == dtype => return out,
                         Ok(out) => return cast(out, dtype),
                         Err(e) => refusals.push(format!("{num_planes} planes: {e:?}")),
                     }

@@ -347,7 +347,6 @@ fn main() {
             .unwrap_or_else(|e| fail(&format!("--conv-table {path}: {e}")));
         println!("convolution table: {n} entries from {path}");
     }
-    let seed = args.seed;
 
     let (config, mut weights, source) = match &args.weights {
         Some(path) => {
@@ -366,8 +365,8 @@ fn main() {
             };
             (
                 config,
-                Weights::random(seed),
-                format!("random weights (seed {seed})"),
+                Weights::random(args.seed),
+                format!("random weights (seed {})", args.seed),
             )
         }
     };
