@@ -4,7 +4,8 @@
 //! Burn runs its flash kernels only through its autotune; without Burn's autotune (the GPU
 //! build) its default is the unfused fallback, so CubeCL backends call the flash routine
 //! directly here. Its tiles are f16 (other inputs are converted to f16 first), with f32
-//! accumulation.
+//! accumulation. Where it refuses a shape, or the device has no planes (the CPU runtime), an
+//! unfused attention with named matmul routines runs instead.
 
 #![allow(deprecated)]
 
@@ -53,11 +54,13 @@ pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor
 
 #[cfg(any(feature = "cuda", feature = "cpu"))]
 mod cube {
+    use burn::backend::ops::FloatTensorOps;
     use burn::tensor::DType;
     use burn::tensor::ops::AttentionModuleOptions;
     use burn_cubecl::CubeBackend;
-    use burn_cubecl::kernel::attention::{AttentionStrategy, attention, flash_attention};
+    use burn_cubecl::kernel::attention::flash_attention;
     use burn_cubecl::kernel::cast;
+    use burn_cubecl::kernel::matmul::{MatmulStrategy, matmul};
     use burn_cubecl::tensor::CubeTensor;
     use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
     use rmsnorm_silu_kernels::cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
@@ -106,8 +109,27 @@ mod cube {
                     refusals.join("; ")
                 );
             }
-            attention(q, k, v, None, None, options, AttentionStrategy::Fallback)
-                .expect("the unfused attention always runs")
+            unfused_attention(q, k, v)
         }
+    }
+
+    /// `softmax(q k^T / sqrt(D)) v` in separate kernels, the scores in f32. The two products
+    /// name cubek's default matmul routine (plane tensor cores where the device has them, unit
+    /// products elsewhere) instead of going through `float_matmul`, whose autotune tries TMA
+    /// candidates whose tensor maps a 384-wide head dimension breaks (a launch error that
+    /// poisons every later launch on the stream).
+    fn unfused_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
+        let dtype = q.dtype;
+        let head_dim = q.meta.shape()[3];
+        let kt = CubeBackend::float_swap_dims(k, 2, 3);
+        let scores = matmul(q, kt, None, MatmulStrategy::Cube, DType::F32)
+            .expect("the default matmul routine runs on every device");
+        let scores = CubeBackend::float_mul_scalar(scores, (1.0 / (head_dim as f64).sqrt()).into());
+        let max = CubeBackend::float_max_dim(scores.clone(), 3);
+        let weights = CubeBackend::float_exp(CubeBackend::float_sub(scores, max));
+        let sum = CubeBackend::float_sum_dim(weights.clone(), 3);
+        let probabilities = cast(CubeBackend::float_div(weights, sum), dtype);
+        matmul(probabilities, v, None, MatmulStrategy::Cube, dtype)
+            .expect("the default matmul routine runs on every device")
     }
 }

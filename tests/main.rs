@@ -6,6 +6,7 @@
 
 mod common;
 
+mod attention;
 mod autodiff;
 mod backward;
 mod channels;
