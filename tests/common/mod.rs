@@ -27,14 +27,26 @@ pub fn on_gpu() -> bool {
     matches!(std::env::var("RMSNORM_TEST_DEVICE").as_deref(), Ok("cuda"))
 }
 
-/// A fresh RNG; the seed is printed so a failure can be replayed with `RMSNORM_TEST_SEED`.
+/// The RNG of one test. Its seed is fixed by default (derived from the test's name, so every
+/// run draws the same inputs); `RMSNORM_TEST_SEED=<u64>` replays a given seed and
+/// `RMSNORM_TEST_SEED=random` draws a fresh one. The seed is printed (shown on failure).
 pub fn rng(test: &str) -> StdRng {
-    let seed = std::env::var("RMSNORM_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random::<u64>());
+    let seed = match std::env::var("RMSNORM_TEST_SEED").as_deref() {
+        Err(_) => fixed_seed(test),
+        Ok("random") => rand::rng().random::<u64>(),
+        Ok(value) => value.parse().unwrap_or_else(|_| {
+            panic!("RMSNORM_TEST_SEED must be a u64 or `random`, got {value:?}")
+        }),
+    };
     eprintln!("{test}: RMSNORM_TEST_SEED={seed}");
     StdRng::seed_from_u64(seed)
+}
+
+/// FNV-1a of the test's name: a stable seed per test (std's hasher may change between releases).
+fn fixed_seed(test: &str) -> u64 {
+    test.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Standard normal samples (Box-Muller).
