@@ -236,14 +236,6 @@ fn frame_phases_match_conv_then_interleave() {
     }
 }
 
-fn panic_message(f: impl FnOnce()) -> String {
-    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must panic");
-    e.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
-
 #[test]
 fn bad_arguments_name_what_is_wrong() {
     let device = device();

@@ -181,6 +181,15 @@ pub fn assert_close_to_scale(got: &[f64], want: &[f64], rel: f64, what: &str) {
     );
 }
 
+/// The message `f` panics with (it must panic).
+pub fn panic_message(f: impl FnOnce()) -> String {
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must panic");
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Runs `check`, recording its panic message (prefixed by `label`) instead of unwinding, so a
 /// test over many cases reports every failing case at once (see [`assert_no_failures`]).
 pub fn record_failure(failures: &mut Vec<String>, label: &str, check: impl FnOnce()) {
