@@ -2,19 +2,20 @@
 # Builds release binaries here and packs them (stripped, xz) into gpu/ for the `device` tool,
 # which carries gpu/ to a GPU machine that has no Rust toolchain (at most two or three fit in
 # one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [conv] [wan] [wan-tests] [fixtures]   (default: tests demo)
-# tests, bench and wan are built CUDA-only (GPU_FEATURES; the CubeCL CPU runtime is not needed
-# there). Sizes (xz): tests ~31 MB, bench ~27 MB, wan ~31 MB; fixtures 17 MB.
+# Everything is built with the workspace's default features, sharing CI's compiled dependencies
+# (GPU_FEATURES, e.g. "cuda", builds tests and benches with those features only). Sizes (xz): tests ~31 MB, bench ~27 MB, wan ~31 MB; fixtures 17 MB.
 # Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 mkdir -p gpu
 what=("$@")
-# The default features by default: the GPU binaries share the CI build's compiled dependencies.
-gpu_features=(--no-default-features --features "${GPU_FEATURES:-burn-defaults,cuda,cpu,ndarray}")
+gpu_features=()
+[ -z "${GPU_FEATURES:-}" ] || gpu_features=(--no-default-features --features "$GPU_FEATURES")
 [ ${#what[@]} -gt 0 ] || what=(tests demo)
+# (--workspace: with `-p`, cargo resolves other features and rebuilds Burn and cubecl.)
 artifact() { # cargo command and its target selection -> newest executable path
-    cargo "$@" -p burn-rmsnorm-silu --no-run --message-format=json 2>/dev/null \
+    cargo "$@" --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
@@ -23,15 +24,15 @@ for l in sys.stdin:
 rm -f gpu/*.xz; rm -rf gpu/fixtures
 # The cross-check fixtures and key lists for the CUDA fixture tests.
 pack_fixtures() {
-    mkdir -p gpu/fixtures && cp -r ../shared/fixtures/wan21_small ../shared/fixtures/wan22_small \
-        ../shared/fixtures/wan_keys gpu/fixtures/
+    mkdir -p gpu/fixtures && cp -r wan-vae/tests/fixtures/wan21_small wan-vae/tests/fixtures/wan22_small \
+        wan-vae/tests/fixtures/wan_keys gpu/fixtures/
 }
 for w in "${what[@]}"; do
     case "$w" in
-        tests) bin=$(artifact test --release "${gpu_features[@]}" --test main) ;;
-        bench) bin=$(artifact bench "${gpu_features[@]}" --bench rmsnorm) ;;
+        tests) bin=$(artifact test --release ${gpu_features[@]+"${gpu_features[@]}"} --test main) ;;
+        bench) bin=$(artifact bench ${gpu_features[@]+"${gpu_features[@]}"} --bench rmsnorm) ;;
         demo) cargo build --release --tests --examples; bin=target/release/examples/demo ;;
-        conv) bin=$(artifact bench "${gpu_features[@]}" --bench conv) ;;
+        conv) bin=$(artifact bench ${gpu_features[@]+"${gpu_features[@]}"} --bench conv) ;;
         # The decoder (its convolutions take the measured table, not a run-time autotune).
         # (Built with the whole workspace's features: `-p wan-vae` alone resolves other features
         # and rebuilds Burn.)

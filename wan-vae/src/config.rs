@@ -1,5 +1,5 @@
 //! The decoder's hyper-parameters: the two published models, the small cross-check models of
-//! `../shared/fixtures/`, and detection from a weight file.
+//! `tests/fixtures/`, and detection from a weight file.
 
 use crate::weights::WeightError;
 

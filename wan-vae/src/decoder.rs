@@ -165,29 +165,48 @@ impl WanDecoder {
     }
 
     /// Decodes `z` (`[B, z_dim, T, h, w]`, already de-normalised) frame by frame with the causal
-    /// cache, calling `on_frame(i, frames)` after latent frame `i` with its decoded frames
-    /// (channels-last `[B, F, H, W, C]`, before un-patchifying). Returns
-    /// `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2) before the final clamp, as a view of
-    /// channels-last memory (`permute([0, 2, 3, 4, 1])` of it is contiguous).
+    /// cache, handing latent frame `i`'s decoded frames to `on_frame(i, frames)` (channels-last
+    /// `[B, F, H, W, C p^2]`, before un-patchifying; [`WanDecoder::assemble`] makes the video
+    /// of them). A caller that streams frames out never holds the whole video.
+    pub fn decode_frames(
+        &self,
+        z: Tensor<5>,
+        ctx: &Ctx,
+        mut on_frame: impl FnMut(usize, Tensor<5>),
+    ) {
+        let t = z.dims()[2];
+        let x = self
+            .post_quant_conv
+            .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
+        let mut cache = FrameCache::default();
+        for i in 0..t {
+            let chunk = x.clone().slice(s![.., i..i + 1]);
+            let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
+            on_frame(i, out);
+        }
+    }
+
+    /// The video of [`WanDecoder::decode_frames`]' chunks, in order: `[B, 3, F, H, W]` as a view
+    /// of channels-last memory (`permute([0, 2, 3, 4, 1])` of it is contiguous).
+    pub fn assemble(&self, chunks: Vec<Tensor<5>>) -> Tensor<5> {
+        unpatchify(Tensor::cat(chunks, 1), self.patch_size).permute([0, 4, 1, 2, 3])
+    }
+
+    /// [`WanDecoder::decode_frames`] and [`WanDecoder::assemble`]: the video
+    /// `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2) before the final clamp, calling
+    /// `on_frame(i, frames)` after latent frame `i`.
     pub fn decode(
         &self,
         z: Tensor<5>,
         ctx: &Ctx,
         mut on_frame: impl FnMut(usize, &Tensor<5>),
     ) -> Tensor<5> {
-        let t = z.dims()[2];
-        let x = self
-            .post_quant_conv
-            .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
-        let mut cache = FrameCache::default();
-        let mut chunks = Vec::with_capacity(t);
-        for i in 0..t {
-            let chunk = x.clone().slice(s![.., i..i + 1]);
-            let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
+        let mut chunks = Vec::with_capacity(z.dims()[2]);
+        self.decode_frames(z, ctx, |i, out| {
             on_frame(i, &out);
             chunks.push(out);
-        }
-        unpatchify(Tensor::cat(chunks, 1), self.patch_size).permute([0, 4, 1, 2, 3])
+        });
+        self.assemble(chunks)
     }
 }
 

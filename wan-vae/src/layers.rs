@@ -31,6 +31,10 @@ pub struct Ctx {
     pub norm_time: Cell<Duration>,
     pub conv_time: Cell<Duration>,
     pub attention_time: Cell<Duration>,
+    /// The cached frames joined in front of a chunk.
+    pub join_time: Cell<Duration>,
+    /// Residual additions.
+    pub add_time: Cell<Duration>,
     pub norm_calls: Cell<usize>,
 }
 
@@ -42,6 +46,8 @@ impl Ctx {
             norm_time: Cell::new(Duration::ZERO),
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
+            join_time: Cell::new(Duration::ZERO),
+            add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
         }
     }
@@ -205,7 +211,7 @@ impl CausalConv3d {
     /// cache lacks are zero padding in front (no zero tensor, no copy).
     pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
         let device = x.device();
-        let (x, front) = join(cache, x, self.context);
+        let (x, front) = join(cache, x, self.context, ctx);
         ctx.timed(&ctx.conv_time, &device, || {
             conv3d_channels_last(
                 x,
@@ -219,11 +225,13 @@ impl CausalConv3d {
 
 /// The cached frames joined in front of the chunk along T (the one copy left around the causal
 /// cache), and how many zero frames the padding still adds in front.
-fn join(cache: Option<Tensor<5>>, x: Tensor<5>, context: usize) -> (Tensor<5>, usize) {
+fn join(cache: Option<Tensor<5>>, x: Tensor<5>, context: usize, ctx: &Ctx) -> (Tensor<5>, usize) {
     match cache.filter(|_| context > 0) {
         Some(cache) => {
             let have = cache.dims()[1].min(context);
-            (Tensor::cat(vec![cache, x], 1), context - have)
+            let device = x.device();
+            let joined = ctx.timed(&ctx.join_time, &device, || Tensor::cat(vec![cache, x], 1));
+            (joined, context - have)
         }
         None => (x, context),
     }
@@ -282,7 +290,7 @@ impl PhasedConv {
     /// `x` is `[B, T, H, W, C]`, `cache` the frames preceding it (time convolution only).
     pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
         let device = x.device();
-        let (x, front) = join(cache, x, self.context);
+        let (x, front) = join(cache, x, self.context, ctx);
         let phases = if self.temporal {
             Phases::frames2x(ConvPadding::causal(front, 0))
         } else {
@@ -478,7 +486,8 @@ impl ResidualBlock {
         let y = cache.conv(&self.conv1, y, ctx);
         let y = self.norm2.forward(y, ctx);
         let y = cache.conv(&self.conv2, y, ctx);
-        y + h
+        let device = y.device();
+        ctx.timed(&ctx.add_time, &device, || y + h)
     }
 }
 
@@ -513,7 +522,8 @@ impl AttentionBlock {
         let attended = ctx
             .timed(&ctx.attention_time, &x.device(), || attention(q, k, v))
             .reshape([b, t, h, w, c]);
-        self.proj.forward(attended, None, ctx) + x
+        let y = self.proj.forward(attended, None, ctx);
+        ctx.timed(&ctx.add_time, &x.device(), || y + x)
     }
 }
 

@@ -82,6 +82,9 @@ struct Args {
     /// compiled-in one.
     #[arg(long, value_name = "FILE")]
     conv_table: Option<PathBuf>,
+    /// Times the video's assembly two ways (diagnostic).
+    #[arg(long, hide = true)]
+    probe_assembly: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -247,6 +250,7 @@ fn timed_decode(
     z: Tensor<5>,
     ctx: &Ctx,
     show_progress: bool,
+    probe: bool,
 ) -> (Tensor<5>, Vec<Duration>) {
     let latent_frames = z.dims()[2];
     let bar = if show_progress {
@@ -261,15 +265,52 @@ fn timed_decode(
     );
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
-    let video = decoder.decode(z, ctx, |_, out| {
+    let mut chunks = Vec::with_capacity(latent_frames);
+    decoder.decode_frames(z, ctx, |_, out| {
         out.device().sync().expect("sync");
         per_frame.push(frame_start.elapsed());
         frame_start = Instant::now();
         bar.inc(1);
+        chunks.push(out);
     });
+    let device = chunks[0].device();
+    device.sync().expect("sync");
+    let after_frames = frame_start.elapsed();
+    if probe {
+        for round in 0..2 {
+            let start = Instant::now();
+            let v = decoder.assemble(chunks.clone());
+            v.device().sync().expect("sync");
+            let cat = start.elapsed();
+            let start = Instant::now();
+            let [b, _, h, w, c] = chunks[0].dims();
+            let f: usize = chunks.iter().map(|c| c.dims()[1]).sum();
+            let mut v = Tensor::<5>::zeros([b, f, h, w, c], (&device, chunks[0].dtype()));
+            let mut at = 0;
+            for chunk in chunks.clone() {
+                let n = chunk.dims()[1];
+                v = v.slice_assign(burn::tensor::s![.., at..at + n], chunk);
+                at += n;
+            }
+            v.device().sync().expect("sync");
+            println!(
+                "probe {round}: cat {:.2} ms, zeros + slice_assign {:.2} ms",
+                cat.as_secs_f64() * 1e3,
+                start.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
     // The decode ends when the assembled video is on the device.
+    let start = Instant::now();
+    let video = decoder.assemble(chunks);
     video.device().sync().expect("sync");
+    let assembly = start.elapsed();
     bar.finish_and_clear();
+    println!(
+        "after the last frame: {:.2} ms until the device is idle, {:.2} ms assembling the video",
+        after_frames.as_secs_f64() * 1e3,
+        assembly.as_secs_f64() * 1e3
+    );
     (video, per_frame)
 }
 
@@ -461,12 +502,12 @@ fn main() {
 
     let ctx = Ctx::new(fused, false);
     let start = Instant::now();
-    let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true);
+    let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true, args.probe_assembly);
     let total = start.elapsed();
     let profiled = Ctx::new(fused, true);
     let profiled_total = if profile {
         let start = Instant::now();
-        let _ = timed_decode(&decoder, z.clone(), &profiled, false);
+        let _ = timed_decode(&decoder, z.clone(), &profiled, false, false);
         start.elapsed()
     } else {
         Duration::ZERO
@@ -520,26 +561,31 @@ fn main() {
     );
     if profile {
         let share = |d: Duration| 100.0 * d.as_secs_f64() / profiled_total.as_secs_f64();
-        let (n, c, a) = (
-            profiled.norm_time.get(),
-            profiled.conv_time.get(),
-            profiled.attention_time.get(),
-        );
-        let rest = profiled_total.saturating_sub(n + c + a);
+        let parts = [
+            ("convolutions", profiled.conv_time.get()),
+            ("norm calls", profiled.norm_time.get()),
+            ("attention", profiled.attention_time.get()),
+            ("cache joins", profiled.join_time.get()),
+            ("residual adds", profiled.add_time.get()),
+        ];
+        let accounted: Duration = parts.iter().map(|(_, d)| *d).sum();
+        let rest = profiled_total.saturating_sub(accounted);
+        let shown: Vec<String> = parts
+            .iter()
+            .chain([("the rest", rest)].iter())
+            .map(|(what, d)| {
+                let what = if *what == "norm calls" {
+                    format!("{} norm calls", profiled.norm_calls.get())
+                } else {
+                    what.to_string()
+                };
+                format!("{what} {:.3} s ({:.1}%)", d.as_secs_f64(), share(*d))
+            })
+            .collect();
         println!(
-            "breakdown (a second decode, {:.3} s with a device sync around each call): \
-             convolutions {:.3} s ({:.1}%), {} norm calls {:.3} s ({:.1}%), attention {:.3} s \
-             ({:.1}%), the rest {:.3} s ({:.1}%)",
+            "breakdown (a second decode, {:.3} s with a device sync around each call): {}",
             profiled_total.as_secs_f64(),
-            c.as_secs_f64(),
-            share(c),
-            profiled.norm_calls.get(),
-            n.as_secs_f64(),
-            share(n),
-            a.as_secs_f64(),
-            share(a),
-            rest.as_secs_f64(),
-            share(rest)
+            shown.join(", ")
         );
     }
     if args.no_write {

@@ -1,4 +1,4 @@
-//! The Wan VAE decoder against PyTorch: the small cross-check models of `../shared/fixtures/`
+//! The Wan VAE decoder against PyTorch: the small cross-check models of `tests/fixtures/`
 //! (diffusers 0.42.1, fp32, chunked decode with the causal cache) must reproduce
 //! `decoded_unclamped` from `z`. Also the weight-name mapping against the published key lists,
 //! and the loader's errors.
@@ -29,11 +29,10 @@ fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
     t.into_data().iter::<f64>().collect()
 }
 
-/// `../shared/fixtures` beside the checkout (two levels above this crate) (where CI has it), or
-/// `WAN_FIXTURES`.
+/// `tests/fixtures` of this crate, or `WAN_FIXTURES`.
 fn fixtures() -> std::path::PathBuf {
     let dir = std::env::var("WAN_FIXTURES").map_or_else(
-        |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+        |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
         std::path::PathBuf::from,
     );
     assert!(
