@@ -51,7 +51,30 @@ pub struct WanDecoder {
     norm_out: Norm,
     conv_out: CausalConv3d,
     patch_size: usize,
+    z_dim: usize,
 }
+
+/// A latent the decoder cannot take; the message names what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatentError {
+    /// The latent's shape `[B, z_dim, T, h, w]`.
+    pub shape: [usize; 5],
+    /// The decoder's latent channel count.
+    pub z_dim: usize,
+}
+
+impl std::fmt::Display for LatentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [b, c, t, h, w] = self.shape;
+        write!(
+            f,
+            "latent `z`: expected [B, {}, T, h, w] with B, T, h, w >= 1, got [{b}, {c}, {t}, {h}, {w}]",
+            self.z_dim
+        )
+    }
+}
+
+impl std::error::Error for LatentError {}
 
 impl WanDecoder {
     /// Builds the decoder for `config` from `weights` (diffusers names; see [`Weights`]).
@@ -141,6 +164,7 @@ impl WanDecoder {
             norm_out,
             conv_out,
             patch_size: config.patch_size,
+            z_dim: config.z_dim,
         })
     }
 
@@ -168,13 +192,24 @@ impl WanDecoder {
     /// cache, handing latent frame `i`'s decoded frames to `on_frame(i, frames)` (channels-last
     /// `[B, F, H, W, C p^2]`, before un-patchifying; [`WanDecoder::assemble`] makes the video
     /// of them). A caller that streams frames out never holds the whole video.
+    ///
+    /// # Errors
+    /// [`LatentError`] (before any work) when `z` has another channel count than the decoder's
+    /// `z_dim` or an empty axis.
     pub fn decode_frames(
         &self,
         z: Tensor<5>,
         ctx: &Ctx,
         mut on_frame: impl FnMut(usize, Tensor<5>),
-    ) {
-        let t = z.dims()[2];
+    ) -> Result<(), LatentError> {
+        let shape = z.dims();
+        if shape[1] != self.z_dim || shape.contains(&0) {
+            return Err(LatentError {
+                shape,
+                z_dim: self.z_dim,
+            });
+        }
+        let t = shape[2];
         let x = self
             .post_quant_conv
             .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
@@ -184,6 +219,7 @@ impl WanDecoder {
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
             on_frame(i, out);
         }
+        Ok(())
     }
 
     /// The video of [`WanDecoder::decode_frames`]' chunks, in order: `[B, 3, F, H, W]` as a view
@@ -195,18 +231,21 @@ impl WanDecoder {
     /// [`WanDecoder::decode_frames`] and [`WanDecoder::assemble`]: the video
     /// `[B, 3, 1 + 4 (T - 1), 8h, 8w]` (16h, 16w for Wan2.2) before the final clamp, calling
     /// `on_frame(i, frames)` after latent frame `i`.
+    ///
+    /// # Errors
+    /// [`LatentError`], as [`WanDecoder::decode_frames`].
     pub fn decode(
         &self,
         z: Tensor<5>,
         ctx: &Ctx,
         mut on_frame: impl FnMut(usize, &Tensor<5>),
-    ) -> Tensor<5> {
+    ) -> Result<Tensor<5>, LatentError> {
         let mut chunks = Vec::with_capacity(z.dims()[2]);
         self.decode_frames(z, ctx, |i, out| {
             on_frame(i, &out);
             chunks.push(out);
-        });
-        self.assemble(chunks)
+        })?;
+        Ok(self.assemble(chunks))
     }
 }
 

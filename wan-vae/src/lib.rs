@@ -17,6 +17,6 @@ pub mod layers;
 pub mod weights;
 
 pub use config::WanConfig;
-pub use decoder::WanDecoder;
+pub use decoder::{LatentError, WanDecoder};
 pub use layers::{Ctx, denormalize};
 pub use weights::{WeightError, Weights};

@@ -266,13 +266,15 @@ fn timed_decode(
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
     let mut chunks = Vec::with_capacity(latent_frames);
-    decoder.decode_frames(z, ctx, |_, out| {
-        out.device().sync().expect("sync");
-        per_frame.push(frame_start.elapsed());
-        frame_start = Instant::now();
-        bar.inc(1);
-        chunks.push(out);
-    });
+    decoder
+        .decode_frames(z, ctx, |_, out| {
+            out.device().sync().expect("sync");
+            per_frame.push(frame_start.elapsed());
+            frame_start = Instant::now();
+            bar.inc(1);
+            chunks.push(out);
+        })
+        .unwrap_or_else(|e| fail(&e.to_string()));
     let device = chunks[0].device();
     device.sync().expect("sync");
     let after_frames = frame_start.elapsed();
@@ -492,6 +494,7 @@ fn main() {
                 first_frame = Some(process_start.elapsed());
             }
         })
+        .unwrap_or_else(|e| fail(&e.to_string()))
         .into_data();
     println!(
         "warm-up decode (compiles the kernels): {:.2} s; first latent frame decoded {:.2} s after \
@@ -531,7 +534,9 @@ fn main() {
     if !args.no_check {
         // The same decode with the norm sites composed from Burn ops: the fused op must not
         // change the video beyond rounding.
-        let check = decoder.decode(z_check, &Ctx::new(!fused, false), |_, _| {});
+        let check = decoder
+            .decode(z_check, &Ctx::new(!fused, false), |_, _| {})
+            .unwrap_or_else(|e| fail(&e.to_string()));
         let (a, b) = (flat(video.clone()), flat(check));
         println!(
             "check: fused vs composed norm sites, max |difference| / max |output| = {:.2e} \

@@ -68,7 +68,7 @@ fn decode_fixture(name: &str, fused: bool, dtype: DType) -> (Vec<f64>, Vec<f64>)
     let (z, z_shape) = read_f32(&dir.join("io.safetensors"), "z");
     let z = Tensor::<5>::from_data(TensorData::new(z, z_shape), &device).cast(dtype);
     let ctx = Ctx::new(fused, false);
-    let out = decoder.decode(z, &ctx, |_, _| {});
+    let out = decoder.decode(z, &ctx, |_, _| {}).expect("a valid latent");
     // 29 norm + SiLU sites and 1 plain norm per latent frame in Wan2.1's full layout; the small
     // models have the same structure (2 + 3 per stage resnets x 2 norms + head + attention).
     assert_eq!(
@@ -233,4 +233,58 @@ fn published_models_carry_their_latent_statistics() {
     }
     assert!(!WanConfig::small21().has_published_statistics());
     assert!(!WanConfig::small22().has_published_statistics());
+}
+
+/// A truncated weight file is refused naming the file; a latent of the wrong channel count or
+/// with an empty axis is refused before any work, naming the expected shape.
+#[test]
+fn bad_files_and_latents_are_refused_by_name() {
+    let dir = fixtures().join("wan21_small");
+    let bytes = std::fs::read(dir.join("diffusion_pytorch_model.safetensors")).expect("weights");
+    let truncated =
+        std::env::temp_dir().join(format!("wan_truncated_{}.safetensors", std::process::id()));
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("temp file");
+    let shown = truncated.to_str().unwrap().to_string();
+    let Err(err) = Weights::from_file(&shown) else {
+        panic!("a truncated file was accepted")
+    };
+    std::fs::remove_file(&truncated).ok();
+    assert!(matches!(err, WeightError::NotSafetensors { .. }), "{err:?}");
+    assert!(err.to_string().contains(&shown), "{err}");
+    let Err(err) = Weights::from_file("/nonexistent/weights.safetensors") else {
+        panic!("a missing file was accepted")
+    };
+    assert!(
+        err.to_string()
+            .contains("cannot read /nonexistent/weights.safetensors"),
+        "{err}"
+    );
+
+    let device = device();
+    let path = dir.join("diffusion_pytorch_model.safetensors");
+    let mut weights = Weights::from_file(path.to_str().unwrap()).expect("weights");
+    let decoder = WanDecoder::load(&WanConfig::small21(), &mut weights, &device, DType::F32)
+        .expect("decoder");
+    for (shape, what) in [
+        ([1, 3, 2, 4, 6], "3 channels for z_dim 4"),
+        ([1, 4, 0, 4, 6], "zero frames"),
+        ([1, 4, 2, 0, 6], "zero height"),
+        ([0, 4, 2, 4, 6], "zero batch"),
+    ] {
+        let z = Tensor::<5>::zeros(shape, &device);
+        let err = decoder
+            .decode(z, &Ctx::new(true, false), |_, _| {
+                panic!("no frame for {what}")
+            })
+            .expect_err(what);
+        assert_eq!(err.shape, shape, "{what}");
+        let [b, c, t, h, w] = shape;
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "latent `z`: expected [B, 4, T, h, w] with B, T, h, w >= 1, got [{b}, {c}, {t}, {h}, {w}]"
+            ),
+            "{what}"
+        );
+    }
 }
