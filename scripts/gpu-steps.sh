@@ -125,6 +125,7 @@ for step in "${steps[@]}"; do
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/torch-$t-mem.txt" 2>/dev/null & smi=$!
                  timeout 240 python3 scripts/wan_torch.py decode "$work" $t > "$out/torch-decode-$t.log" 2>&1
                  kill $smi 2>/dev/null
+                 echo "diffusers, T = $t: peak $(sort -n "$out/torch-$t-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/torch-decode-$t.log"
                  cat "$out/torch-decode-$t.log" | tail -4 | cut -c1-240; pack
              done
              ;;

@@ -29,9 +29,15 @@ fn inside_a_chain_of_fused_ops() {
     assert_close(&values(z_t), &z, 1e-5, 1e-5, "fused chain");
     assert_close(&values(sum_t), &sums, 1e-3, 1e-5, "fused chain sums");
 
-    // bf16 through the same chain: the op's output dtype follows its input.
+    // bf16 through the same chain: the op's output dtype follows its input, and the values
+    // are the f64 reference on the bf16-rounded inputs within bf16 rounding (the op's output and
+    // the sum are each rounded to bf16: 2^-8 relative, twice).
+    let (xr, gr) = (round_to(&x, DType::BF16), round_to(&gamma, DType::BF16));
+    let yr = reference(&xr, &gr, NormParams::rms(eps), Activation::Silu);
+    let want: Vec<f64> = yr.iter().zip(&xr).map(|(y, x)| y + x).collect();
     let xb = tensor(&x, [rows, channels], DType::BF16, &device);
     let gb = tensor(&gamma, [channels], DType::BF16, &device);
     let zb = rms_norm_silu(xb.clone() * 1.0, gb, eps) + xb;
     assert_eq!(zb.dtype(), DType::BF16);
+    assert_close(&values(zb), &want, 2e-2, 8e-3, "bf16 chain");
 }

@@ -44,16 +44,19 @@ fn module_forward_and_record_round_trip() {
     assert_close(&values(same), &want, 1e-6, 1e-5, "loaded module");
 }
 
-/// The module over the channel axis of `[B, C, H, W]`.
+/// The module over the channel axis of `[B, C, H, W]`, with a gamma that differs per channel
+/// (a wrong channel-to-gamma mapping shows).
 #[test]
 fn module_over_the_channel_axis() {
     let device = device();
     let mut rng = rng("module dim");
     let x = round_to(&randn(&mut rng, 2 * 8 * 3 * 3), DType::F32);
-    let module = RmsNormSiluConfig::new(8)
+    let gamma: Vec<f64> = (0..8).map(|c| 0.25 + 0.3 * c as f64).collect();
+    let mut module = RmsNormSiluConfig::new(8)
         .with_dim(Some(1))
         .with_epsilon(1e-6)
         .init(&device);
+    module.gamma = Param::from_tensor(tensor(&gamma, [8], DType::F32, &device));
     let y = module.forward(tensor::<4>(&x, [2, 8, 3, 3], DType::F32, &device));
     // Reference: move C last on the host.
     let mut rows = Vec::new();
@@ -62,7 +65,7 @@ fn module_over_the_channel_axis() {
             rows.extend((0..8).map(|c| x[(b * 8 + c) * 9 + p]));
         }
     }
-    let want_rows = reference(&rows, &[1.0; 8], NormParams::rms(1e-6), Activation::Silu);
+    let want_rows = reference(&rows, &gamma, NormParams::rms(1e-6), Activation::Silu);
     let got = values(y);
     for b in 0..2 {
         for p in 0..9 {
