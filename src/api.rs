@@ -101,6 +101,78 @@ pub fn rms_norm_silu_with<const D: usize>(
     Tensor::from_dispatch(out)
 }
 
+/// [`rms_norm_silu_with`] written into a slice of an existing tensor: the output replaces
+/// `into[.., at..at + x.dims()[dim], ..]` (positions `at..` along axis `dim`) and `into` is
+/// returned with its other elements unchanged, as `into.slice_assign(.., op(x))` would. The
+/// normalised axis is the last one, as in [`rms_norm_silu_with`]; `dim` must be another axis.
+///
+/// Where the slice is one contiguous block of `into` (every axis before `dim` has length 1,
+/// e.g. frames of a `[1, T, H, W, C]` video), CubeCL backends write it in place when `into` is
+/// not shared: a causal convolution's input buffer gets its new frames behind the cached ones
+/// without a concatenation. Otherwise the result is the same, through a slice assignment.
+///
+/// # Panics
+/// As [`rms_norm_silu`], and when `dim` is the last axis or not an axis, `into` differs from
+/// `x` in dtype, device or any length but axis `dim`'s, or `at + x.dims()[dim]` exceeds it.
+pub fn rms_norm_silu_into<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    into: Tensor<D>,
+    dim: usize,
+    at: usize,
+) -> Tensor<D> {
+    assert!(
+        dim + 1 < D,
+        "rms_norm_silu_into: `dim` must be an axis of `x` before the last (rank {D}), got {dim}"
+    );
+    let channels = check_arguments(&x, &gamma, D - 1, &options);
+    let (x_dims, into_dims) = (x.dims(), into.dims());
+    let fits = (0..D).all(|d| {
+        if d == dim {
+            at + x_dims[d] <= into_dims[d]
+        } else {
+            x_dims[d] == into_dims[d]
+        }
+    });
+    assert!(
+        fits,
+        "rms_norm_silu_into: `into` must have the shape of `x` ({x_dims:?}) except along axis \
+         {dim}, where positions {at}..{} must exist; got {into_dims:?}",
+        at + x_dims[dim]
+    );
+    assert!(
+        into.dtype() == x.dtype(),
+        "rms_norm_silu_into: `into` must have the dtype of `x` ({:?}), got {:?}",
+        x.dtype(),
+        into.dtype()
+    );
+    let (x_device, into_device) = (x.device(), into.device());
+    assert!(
+        x_device == into_device,
+        "rms_norm_silu_into: `into` must be on the device of `x` ({x_device:?}), got \
+         {into_device:?}"
+    );
+    if into_dims[..dim].iter().any(|&n| n != 1) {
+        let mut ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|d| 0..into_dims[d]);
+        ranges[dim] = at..at + x_dims[dim];
+        return into.slice_assign(ranges, rms_norm_silu_with(x, gamma, options));
+    }
+    let offset = at * into_dims[dim + 1..].iter().product::<usize>();
+    let NormParams { eps, floor } = options.norm.params(channels);
+    let silu = options.activation == Activation::Silu;
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_into(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        eps,
+        floor,
+        silu,
+        into.into_dispatch(),
+        offset,
+    );
+    Tensor::from_dispatch(out)
+}
+
 /// The op over axis `dim` of `x` instead of the last one: e.g. `dim = 1`, the channel axis of
 /// `[B, C, T, H, W]` (the Wan VAE's norm with [`RmsNormSiluOptions::wan`]). Reads channels-last
 /// memory presented as `[B, C, ...]` (what burn-cubecl convolutions return) and dense

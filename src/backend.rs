@@ -49,6 +49,24 @@ pub trait RmsNormSiluBackend: Backend {
         crate::composed::forward_dim::<Self>(x, gamma, dim, eps, floor, silu)
     }
 
+    /// [`Self::rms_norm_silu`] written into `into` instead of a new tensor: the output's
+    /// elements (row-major) replace elements `offset..offset + numel(x)` of `into` (in its
+    /// row-major order); the rest of `into` is unchanged, and `into` is returned. The caller
+    /// ([`crate::rms_norm_silu_into`]) checks that this range is the slice it means. CubeCL
+    /// backends write in place when `into` is dense and not shared (else into a copy).
+    #[fusion(dtype = into, shape = into)]
+    fn rms_norm_silu_into(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        into: FloatTensor<Self>,
+        offset: usize,
+    ) -> FloatTensor<Self> {
+        crate::composed::forward_into::<Self>(x, gamma, eps, floor, silu, into, offset)
+    }
+
     /// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
     /// as a quantised tensor (E4M3 values, per-tensor f32 scale `1 / scale`, so Burn's
     /// `dequantize()` gives `q / scale`). CubeCL backends quantise inside the fused kernel;

@@ -194,3 +194,23 @@ pub fn is_supported_float(dtype: DType) -> bool {
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 | DType::Flex32
     )
 }
+
+/// [`RmsNormSiluBackend::rms_norm_silu_into`](crate::RmsNormSiluBackend::rms_norm_silu_into)
+/// from the backend's own op and a slice assignment of the flattened tensors.
+pub fn forward_into<B: crate::RmsNormSiluBackend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    eps: f32,
+    floor: f32,
+    silu: bool,
+    into: FloatTensor<B>,
+    offset: usize,
+) -> FloatTensor<B> {
+    let y = B::rms_norm_silu(x, gamma, eps, floor, silu);
+    let n = y.shape().num_elements();
+    let shape = into.shape();
+    let flat = B::float_reshape(into, Shape::new([shape.num_elements()]));
+    let values = B::float_reshape(y, Shape::new([n]));
+    let range = burn::tensor::Slice::new(offset as isize, Some((offset + n) as isize), 1);
+    B::float_reshape(B::float_slice_assign(flat, &[range], values), shape)
+}

@@ -54,6 +54,25 @@ impl RmsNormSiluBackend for CubeBackend {
         )
     }
 
+    fn rms_norm_silu_into(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        eps: f32,
+        floor: f32,
+        silu: bool,
+        into: CubeTensor,
+        offset: usize,
+    ) -> CubeTensor {
+        forward_into(
+            x,
+            gamma,
+            NormParams { eps, floor },
+            Activation::silu_if(silu),
+            into,
+            offset,
+        )
+    }
+
     fn rms_norm_silu_fp8(
         x: CubeTensor,
         gamma: CubeTensor,
@@ -607,6 +626,52 @@ pub fn forward(
     };
     rows.launch(target, &out, norm, activation, "rms_norm_silu");
     out
+}
+
+/// [`forward`] written over elements `offset..offset + numel(x)` of `into` (row-major), in
+/// place when `into` is dense and not shared, else into a dense copy of it; returns `into`.
+pub fn forward_into(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    into: CubeTensor,
+    offset: usize,
+) -> CubeTensor {
+    assert_eq!(
+        x.dtype, into.dtype,
+        "rms_norm_silu_into: `into` must have the dtype of `x`"
+    );
+    let rows = RowInputs::new(x, gamma);
+    let needed = offset + rows.problem.rows * rows.problem.channels;
+    assert!(
+        needed <= into.shape().num_elements(),
+        "rms_norm_silu_into: elements {offset}..{needed} are not all in `into` ({:?})",
+        into.shape()
+    );
+    let into = if into.is_contiguous() && into.can_mut() {
+        into
+    } else if into.is_contiguous() {
+        into.copy()
+    } else {
+        into_contiguous(into)
+    };
+    if rows.problem.rows == 0 {
+        return into;
+    }
+    let mut view = into.clone();
+    view.handle = view
+        .handle
+        .offset_start((offset * rows.x_type.size()) as u64);
+    let target = OutputTarget {
+        handle: view.handle.clone(),
+        kind: Output::Input,
+        elem: rows.x_type,
+        scale: 1.0,
+        amax: None,
+    };
+    rows.launch(target, &view, norm, activation, "rms_norm_silu_into");
+    into
 }
 
 /// The row kernel's inputs, prepared once for every output kind: `x` with contiguous (possibly

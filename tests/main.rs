@@ -16,6 +16,7 @@ mod errors;
 mod forward;
 mod fp8;
 mod fusion;
+mod into;
 mod kernel_knobs;
 mod module;
 mod nvfp4;
