@@ -14,7 +14,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Tensor, s};
 use burn_rmsnorm_silu::{
     Activation, ConvPadding, Phases, RmsNormSiluOptions, conv3d_channels_last,
-    conv3d_channels_last_phases, fold_upsample2x_weights, rms_norm_silu_with,
+    conv3d_channels_last_phases, fold_upsample2x_weights, rms_norm_silu_into, rms_norm_silu_with,
 };
 
 use crate::config::WanConfig;
@@ -210,8 +210,14 @@ impl CausalConv3d {
     /// `x` is `[B, T, H, W, C]`; `cache` holds up to `context` frames preceding it. Frames the
     /// cache lacks are zero padding in front (no zero tensor, no copy).
     pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
-        let device = x.device();
         let (x, front) = join(cache, x, self.context, ctx);
+        self.forward_padded(x, front, ctx)
+    }
+
+    /// The convolution of `x` (cached frames already in front) with `front` zero frames of
+    /// temporal padding.
+    fn forward_padded(&self, x: Tensor<5>, front: usize, ctx: &Ctx) -> Tensor<5> {
+        let device = x.device();
         ctx.timed(&ctx.conv_time, &device, || {
             conv3d_channels_last(
                 x,
@@ -354,6 +360,39 @@ impl FrameCache {
         }
     }
 
+    /// A norm site followed by a cached causal convolution. With cached frames, the norm
+    /// writes its output behind a copy of them in the convolution's input buffer (only the
+    /// cached frames are copied, not the chunk); the buffer's last two frames are kept.
+    pub fn norm_conv(
+        &mut self,
+        norm: &Norm,
+        conv: &CausalConv3d,
+        x: Tensor<5>,
+        ctx: &Ctx,
+    ) -> Tensor<5> {
+        let (i, slot) = self.take();
+        let previous = match slot {
+            Slot::Frames(f) if conv.context > 0 => Some(*f),
+            _ => None,
+        };
+        let (input, front) = match previous {
+            Some(previous) => {
+                let [b, t, h, w, c] = x.dims();
+                let have = previous.dims()[1].min(conv.context);
+                let pt = previous.dims()[1];
+                let device = x.device();
+                let buffer = ctx.timed(&ctx.join_time, &device, || {
+                    Tensor::empty([b, have + t, h, w, c], (&device, x.dtype()))
+                        .slice_assign(s![.., 0..have], previous.slice(s![.., pt - have..pt]))
+                });
+                (norm.forward_into(x, buffer, have, ctx), conv.context - have)
+            }
+            None => (norm.forward(x, ctx), conv.context),
+        };
+        self.slots[i] = Slot::Frames(Box::new(Self::keep(&input, None, false)));
+        conv.forward_padded(input, front, ctx)
+    }
+
     /// A cached causal convolution: uses and then replaces this slot's frames.
     pub fn conv(&mut self, conv: &CausalConv3d, x: Tensor<5>, ctx: &Ctx) -> Tensor<5> {
         let (i, slot) = self.take();
@@ -419,18 +458,33 @@ impl Norm {
         ctx.timed(&ctx.norm_time, &device, || self.apply(x, ctx.fused))
     }
 
+    /// The norm site of `x` (`[B, T, H, W, C]`) written over frames `at..at + T` of `into`,
+    /// which is returned (see `rms_norm_silu_into`).
+    pub fn forward_into(&self, x: Tensor<5>, into: Tensor<5>, at: usize, ctx: &Ctx) -> Tensor<5> {
+        ctx.norm_calls.set(ctx.norm_calls.get() + 1);
+        let device = x.device();
+        ctx.timed(&ctx.norm_time, &device, || {
+            if ctx.fused {
+                rms_norm_silu_into(x, self.gamma.val(), self.options(), into, 1, at)
+            } else {
+                let t = x.dims()[1];
+                into.slice_assign(s![.., at..at + t], self.composed(x))
+            }
+        })
+    }
+
+    fn options(&self) -> RmsNormSiluOptions {
+        let activation = if self.silu {
+            Activation::Silu
+        } else {
+            Activation::Identity
+        };
+        RmsNormSiluOptions::wan().with_activation(activation)
+    }
+
     fn apply<const D: usize>(&self, x: Tensor<D>, fused: bool) -> Tensor<D> {
         if fused {
-            let activation = if self.silu {
-                Activation::Silu
-            } else {
-                Activation::Identity
-            };
-            rms_norm_silu_with(
-                x,
-                self.gamma.val(),
-                RmsNormSiluOptions::wan().with_activation(activation),
-            )
+            rms_norm_silu_with(x, self.gamma.val(), self.options())
         } else {
             self.composed(x)
         }
@@ -482,10 +536,8 @@ impl ResidualBlock {
             Some(conv) => conv.forward(x.clone(), None, ctx),
             None => x.clone(),
         };
-        let y = self.norm1.forward(x, ctx);
-        let y = cache.conv(&self.conv1, y, ctx);
-        let y = self.norm2.forward(y, ctx);
-        let y = cache.conv(&self.conv2, y, ctx);
+        let y = cache.norm_conv(&self.norm1, &self.conv1, x, ctx);
+        let y = cache.norm_conv(&self.norm2, &self.conv2, y, ctx);
         let device = y.device();
         ctx.timed(&ctx.add_time, &device, || y + h)
     }
