@@ -343,12 +343,18 @@ impl FrameCache {
     }
 
     /// The frames to keep for the next call: the last two of `x`, topped up with the last
-    /// frame of the previous cache (or zeros) when `x` has only one.
+    /// frame of the previous cache (or zeros) when `x` has only one. Always a tensor of its own
+    /// (a view would keep all of `x`'s memory alive until the next chunk).
     fn keep(x: &Tensor<5>, previous: Option<&Tensor<5>>, zeros_if_short: bool) -> Tensor<5> {
         let t = x.dims()[1];
         let last = x.clone().slice(s![.., t.saturating_sub(2)..t]);
-        if t >= 2 {
-            return last;
+        if t >= 2 || (previous.is_none() && !zeros_if_short) {
+            let device = last.device();
+            let dims = last.dims();
+            return Tensor::empty(dims, (&device, last.dtype())).slice_assign(
+                s![0..dims[0], 0..dims[1], 0..dims[2], 0..dims[3], 0..dims[4]],
+                last,
+            );
         }
         match previous {
             Some(p) => {
