@@ -101,6 +101,18 @@ for step in "${steps[@]}"; do
         wanfix) # The cross-check fixtures on CUDA: the decoder's tests (f32 and bf16 vs PyTorch).
              (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${WANFIX_TIMEOUT:-200}" ./wan-tests \
                  --test-threads=1) > "$out/wanfix.log" 2>&1; grep -E "test |error|result" "$out/wanfix.log" ;;
+        wanprobe) # Where the decode's time goes, without diffusers: the full-size decoder with
+             # random weights on a random 480p latent of WAN_FRAMES (default 21) latent frames,
+             # the assembly timed both ways (--probe-assembly), cubecl's memory events in
+             # wanprobe-memory.log, peak memory from nvidia-smi.
+             cp gpu/cubecl.toml gpu/cubecl.toml.plain
+             printf '\n[memory.logger]\nfile = "%s"\nlevel = "basic"\n' "$out/wanprobe-memory.log" >> gpu/cubecl.toml
+             nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wanprobe-mem.txt" 2>/dev/null & smi=$!
+             (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
+                 --dtype bf16 --device cuda --no-write --no-check --probe-assembly) > "$out/wanprobe.log" 2>&1
+             kill $smi 2>/dev/null; mv gpu/cubecl.toml.plain gpu/cubecl.toml
+             echo "peak $(sort -n "$out/wanprobe-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wanprobe.log"
+             grep -v "^latent frame" "$out/wanprobe.log" | cut -c1-400 ;;
         wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side
              # with diffusers on the same weights and latent: WAN_FRAMES latent frames (default
              # "3 21"); peak GPU memory sampled by nvidia-smi; the PSNR of each video against

@@ -82,8 +82,9 @@ struct Args {
     /// compiled-in one.
     #[arg(long, value_name = "FILE")]
     conv_table: Option<PathBuf>,
-    /// Times the video's assembly two ways (diagnostic).
-    #[arg(long, hide = true)]
+    /// Also time the video's assembly from the decoded chunks twice each way: one
+    /// concatenation, and slice assignments into a zero video (before the timed assembly)
+    #[arg(long)]
     probe_assembly: bool,
 }
 
