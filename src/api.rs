@@ -89,14 +89,12 @@ pub fn rms_norm_silu_with<const D: usize>(
     options: RmsNormSiluOptions,
 ) -> Tensor<D> {
     let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
-    let NormParams { eps, floor } = options.norm.params(channels);
-    let silu = options.activation == Activation::Silu;
+    let norm = options.norm.params(channels);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        eps,
-        floor,
-        silu,
+        norm,
+        options.activation,
     );
     Tensor::from_dispatch(out)
 }
@@ -159,14 +157,12 @@ pub fn rms_norm_silu_into<const D: usize>(
         return into.slice_assign(ranges, rms_norm_silu_with(x, gamma, options));
     }
     let offset = at * into_dims[dim + 1..].iter().product::<usize>();
-    let NormParams { eps, floor } = options.norm.params(channels);
-    let silu = options.activation == Activation::Silu;
+    let norm = options.norm.params(channels);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_into(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        eps,
-        floor,
-        silu,
+        norm,
+        options.activation,
         into.into_dispatch(),
         offset,
     );
@@ -192,15 +188,13 @@ pub fn rms_norm_silu_dim<const D: usize>(
         "rms_norm_silu: `dim` must be an axis of `x` (rank {D}), got {dim}"
     );
     let channels = check_arguments(&x, &gamma, dim, &options);
-    let NormParams { eps, floor } = options.norm.params(channels);
-    let silu = options.activation == Activation::Silu;
+    let norm = options.norm.params(channels);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_dim(
         x.into_dispatch(),
         gamma.into_dispatch(),
         dim,
-        eps,
-        floor,
-        silu,
+        norm,
+        options.activation,
     );
     Tensor::from_dispatch(out)
 }

@@ -15,6 +15,8 @@ use burn::backend::{
 };
 
 use crate::backend::RmsNormSiluBackend;
+use rmsnorm_silu_kernels::nvfp4::{Fp4Recipe, ScaleLayout};
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 #[derive(Debug)]
 struct RmsNormSiluBackward;
@@ -25,9 +27,8 @@ struct SavedInputs<B: Backend> {
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
     dim: usize,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
 }
 
 impl<B: Backend + RmsNormSiluBackend> Backward<B, 2> for RmsNormSiluBackward {
@@ -38,12 +39,11 @@ impl<B: Backend + RmsNormSiluBackend> Backward<B, 2> for RmsNormSiluBackward {
             x,
             gamma,
             dim,
-            eps,
-            floor,
-            silu,
+            norm,
+            activation,
         } = ops.state;
         let dy = grads.consume::<B>(&ops.node);
-        let (dx, dgamma) = B::rms_norm_silu_backward(x, gamma, dy, dim, eps, floor, silu);
+        let (dx, dgamma) = B::rms_norm_silu_backward(x, gamma, dy, dim, norm, activation);
         let [x_parent, gamma_parent] = ops.parents;
         if let Some(node) = x_parent {
             grads.register::<B>(node.id, dx);
@@ -58,84 +58,76 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
     fn rms_norm_silu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> FloatTensor<Self> {
         let last = x.shape().num_dims() - 1;
-        Self::rms_norm_silu_dim(x, gamma, last, eps, floor, silu)
+        Self::rms_norm_silu_dim(x, gamma, last, norm, activation)
     }
 
     /// Quantised outputs are not differentiable: the inner backend's op on the inner tensors.
     fn rms_norm_silu_fp8(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> QuantizedTensor<Self> {
         let (x, _) = x.into_parts();
         let (gamma, _) = gamma.into_parts();
-        B::rms_norm_silu_fp8(x, gamma, eps, floor, silu, scale)
+        B::rms_norm_silu_fp8(x, gamma, norm, activation, scale)
     }
 
     fn rms_norm_silu_fp8_amax(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
         let (x, _) = x.into_parts();
         let (gamma, _) = gamma.into_parts();
-        let (q, amax) = B::rms_norm_silu_fp8_amax(x, gamma, eps, floor, silu, scale);
+        let (q, amax) = B::rms_norm_silu_fp8_amax(x, gamma, norm, activation, scale);
         (q, <Self as AutodiffBackend>::from_inner(amax))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn rms_norm_silu_nvfp4(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
     ) -> QuantizedTensor<Self> {
         let (x, _) = x.into_parts();
         let (gamma, _) = gamma.into_parts();
-        B::rms_norm_silu_nvfp4(x, gamma, eps, floor, silu, cudnn, s_enc)
+        B::rms_norm_silu_nvfp4(x, gamma, norm, activation, recipe, s_enc)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn rms_norm_silu_nvfp4_parts(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
-        swizzled: bool,
+        layout: ScaleLayout,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         let (x, _) = x.into_parts();
         let (gamma, _) = gamma.into_parts();
-        B::rms_norm_silu_nvfp4_parts(x, gamma, eps, floor, silu, cudnn, s_enc, swizzled)
+        B::rms_norm_silu_nvfp4_parts(x, gamma, norm, activation, recipe, s_enc, layout)
     }
 
     fn rms_norm_silu_dim(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         dim: usize,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> FloatTensor<Self> {
         let (x, x_node) = x.into_parts();
         let (gamma, gamma_node) = gamma.into_parts();
-        let run = |x, gamma| B::rms_norm_silu_dim(x, gamma, dim, eps, floor, silu);
+        let run = |x, gamma| B::rms_norm_silu_dim(x, gamma, dim, norm, activation);
         match RmsNormSiluBackward
             .prepare::<C>([x_node, gamma_node])
             .compute_bound()
@@ -146,9 +138,8 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
                     x: x.clone(),
                     gamma: gamma.clone(),
                     dim,
-                    eps,
-                    floor,
-                    silu,
+                    norm,
+                    activation,
                 };
                 prep.finish(saved, run(x, gamma))
             }

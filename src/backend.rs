@@ -9,11 +9,13 @@ use burn::backend::{
     Backend, backend_extension,
     tensor::{FloatTensor, IntTensor, QuantizedTensor},
 };
+use rmsnorm_silu_kernels::nvfp4::{Fp4Recipe, ScaleLayout};
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 /// Backends that can run the fused RMSNorm (+ SiLU).
 ///
-/// `r = 1 / sqrt(max(mean(x^2) + eps, floor))` per row of the last axis, then
-/// `y = act(x * r * gamma)` with `act` SiLU when `silu` is true, else the identity.
+/// `r = 1 / sqrt(max(mean(x^2) + eps, floor))` per row of the last axis (`norm`), then
+/// `y = act(x * r * gamma)` with `act` the `activation` (SiLU or the identity).
 /// Inputs are validated by [`crate::rms_norm_silu_with`]; implementations may assume a float
 /// `x` of rank >= 1 whose last axis has the length of the 1-D `gamma`, on the same device.
 #[backend_extension(
@@ -28,11 +30,10 @@ pub trait RmsNormSiluBackend: Backend {
     fn rms_norm_silu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> FloatTensor<Self> {
-        crate::composed::forward::<Self>(x, gamma, eps, floor, silu)
+        crate::composed::forward::<Self>(x, gamma, norm, activation)
     }
 
     /// The same normalisation over axis `dim` of `x` (e.g. the channel axis 1 of
@@ -42,11 +43,10 @@ pub trait RmsNormSiluBackend: Backend {
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         dim: usize,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> FloatTensor<Self> {
-        crate::composed::forward_dim::<Self>(x, gamma, dim, eps, floor, silu)
+        crate::composed::forward_dim::<Self>(x, gamma, dim, norm, activation)
     }
 
     /// [`Self::rms_norm_silu`] written into `into` instead of a new tensor: the output's
@@ -58,13 +58,12 @@ pub trait RmsNormSiluBackend: Backend {
     fn rms_norm_silu_into(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         into: FloatTensor<Self>,
         offset: usize,
     ) -> FloatTensor<Self> {
-        crate::composed::forward_into::<Self>(x, gamma, eps, floor, silu, into, offset)
+        crate::composed::forward_into::<Self>(x, gamma, norm, activation, into, offset)
     }
 
     /// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
@@ -75,17 +74,16 @@ pub trait RmsNormSiluBackend: Backend {
     fn rms_norm_silu_fp8(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> QuantizedTensor<Self> {
-        crate::fp8::unsupported::<Self, _>(x, gamma, eps, floor, silu, scale)
+        crate::fp8::unsupported::<Self, _>(x, gamma, norm, activation, scale)
     }
 
     /// [`Self::rms_norm_silu_fp8`] that also returns `amax = max |y|` over the tensor (before
     /// scaling; NaN if any `y` is NaN) as a one-element f32 tensor, from the same kernel.
-    #[fusion(meta = |x, _gamma, _eps, _floor, _silu, _scale| (
+    #[fusion(meta = |x, _gamma, _norm, _activation, _scale| (
         burn::backend::fusion::custom::TensorSpec::new(
             x.shape.clone(),
             burn::tensor::DType::QFloat(crate::fp8::fp8_scheme()),
@@ -98,36 +96,33 @@ pub trait RmsNormSiluBackend: Backend {
     fn rms_norm_silu_fp8_amax(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
-        crate::fp8::unsupported::<Self, _>(x, gamma, eps, floor, silu, scale)
+        crate::fp8::unsupported::<Self, _>(x, gamma, norm, activation, scale)
     }
 
     /// The op over the last axis written as NVFP4 (`crate::nvfp4`): E2M1 values, E4M3 scales
-    /// per block of 16, per-tensor decode scale `1 / s_enc` (1 with `cudnn`), as a quantised
+    /// per block of 16, per-tensor decode scale `1 / s_enc` (1 with the cuDNN recipe), as a quantised
     /// tensor. CubeCL backends quantise inside the fused kernel; others refuse.
     #[fusion(dtype = burn::tensor::DType::QFloat(crate::nvfp4::nvfp4_scheme()), shape = x)]
-    #[allow(clippy::too_many_arguments)]
     fn rms_norm_silu_nvfp4(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
     ) -> QuantizedTensor<Self> {
-        crate::nvfp4::unsupported::<Self, _>(x, gamma, eps, floor, silu, cudnn, s_enc)
+        crate::nvfp4::unsupported::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
     }
 
     /// [`Self::rms_norm_silu_nvfp4`] as raw parts: the values `[rows, C / 2]` and the scales
-    /// (row-major `[rows * C / 16]`, or the cuBLASLt 128x4 swizzled layout with `swizzled`),
+    /// (row-major `[rows * C / 16]`, or the cuBLASLt 128x4 swizzled layout, as `layout` says),
     /// both u8.
-    #[fusion(meta = |x, _gamma, _eps, _floor, _silu, _cudnn, _s_enc, swizzled| {
-        let (values, scales) = crate::nvfp4::parts_shapes(&x.shape, *swizzled);
+    #[fusion(meta = |x, _gamma, _norm, _activation, _recipe, _s_enc, layout| {
+        let (values, scales) = crate::nvfp4::parts_shapes(&x.shape, *layout);
         (
             burn::backend::fusion::custom::TensorSpec::new(
                 burn::tensor::Shape::new(values),
@@ -139,37 +134,33 @@ pub trait RmsNormSiluBackend: Backend {
             ),
         )
     })]
-    #[allow(clippy::too_many_arguments)]
     fn rms_norm_silu_nvfp4_parts(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
-        swizzled: bool,
+        layout: ScaleLayout,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
-        let _ = swizzled;
-        crate::nvfp4::unsupported::<Self, _>(x, gamma, eps, floor, silu, cudnn, s_enc)
+        let _ = layout;
+        crate::nvfp4::unsupported::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
     }
 
     /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient
     /// `dy`: `dx` with `x`'s shape and dtype, `dgamma` with `gamma`'s. The Autodiff backend's
     /// backward node calls it; CubeCL backends run the fused backward kernels over the last
     /// axis (dgamma reduced deterministically), everything else the composed ops.
-    #[fusion(meta = |x, gamma, _dy, _dim, _eps, _floor, _silu| (x.clone(), gamma.clone()))]
-    #[allow(clippy::too_many_arguments)]
+    #[fusion(meta = |x, gamma, _dy, _dim, _norm, _activation| (x.clone(), gamma.clone()))]
     fn rms_norm_silu_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         dy: FloatTensor<Self>,
         dim: usize,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        crate::composed::backward_dim::<Self>(x, gamma, dy, dim, eps, floor, silu)
+        crate::composed::backward_dim::<Self>(x, gamma, dy, dim, norm, activation)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
 use burn::tensor::{DType, FloatDType, Shape};
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 /// The pieces of the forward pass kept for the backward: `[rows, C]` fp32 views.
 pub struct ForwardParts<B: Backend> {
@@ -27,8 +28,7 @@ fn rows_and_channels(shape: &Shape) -> (usize, usize) {
 pub fn forward_parts<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
-    eps: f32,
-    floor: f32,
+    NormParams { eps, floor }: NormParams,
 ) -> ForwardParts<B> {
     let (rows, channels) = rows_and_channels(&x.shape());
     let x = B::float_reshape(
@@ -68,15 +68,14 @@ fn affine<B: Backend>(parts: &ForwardParts<B>) -> FloatTensor<B> {
 pub fn forward<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
 ) -> FloatTensor<B> {
     let shape = x.shape();
     let dtype: FloatDType = x.dtype().into();
-    let parts = forward_parts::<B>(x, gamma, eps, floor);
+    let parts = forward_parts::<B>(x, gamma, norm);
     let v = affine(&parts);
-    let y = if silu {
+    let y = if activation == Activation::Silu {
         B::float_mul(v.clone(), B::sigmoid(v))
     } else {
         v
@@ -89,15 +88,14 @@ pub fn forward_dim<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
     dim: usize,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
 ) -> FloatTensor<B> {
     let last = x.shape().num_dims() - 1;
     if dim == last {
-        return forward::<B>(x, gamma, eps, floor, silu);
+        return forward::<B>(x, gamma, norm, activation);
     }
-    let y = forward::<B>(B::float_swap_dims(x, dim, last), gamma, eps, floor, silu);
+    let y = forward::<B>(B::float_swap_dims(x, dim, last), gamma, norm, activation);
     B::float_swap_dims(y, dim, last)
 }
 
@@ -107,21 +105,19 @@ pub fn backward_dim<B: Backend>(
     gamma: FloatTensor<B>,
     dy: FloatTensor<B>,
     dim: usize,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let last = x.shape().num_dims() - 1;
     if dim == last {
-        return backward::<B>(x, gamma, dy, eps, floor, silu);
+        return backward::<B>(x, gamma, dy, norm, activation);
     }
     let (dx, dgamma) = backward::<B>(
         B::float_swap_dims(x, dim, last),
         gamma,
         B::float_swap_dims(dy, dim, last),
-        eps,
-        floor,
-        silu,
+        norm,
+        activation,
     );
     (B::float_swap_dims(dx, dim, last), dgamma)
 }
@@ -137,15 +133,14 @@ pub fn backward<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
     dy: FloatTensor<B>,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let x_shape = x.shape();
     let x_dtype: FloatDType = x.dtype().into();
     let g_shape = gamma.shape();
     let g_dtype: FloatDType = gamma.dtype().into();
-    let parts = forward_parts::<B>(x, gamma, eps, floor);
+    let parts = forward_parts::<B>(x, gamma, norm);
     let (rows, channels) = rows_and_channels(&x_shape);
     let full = Shape::new([rows, channels]);
     let dy = B::float_reshape(B::float_cast(dy, FloatDType::F32), full.clone());
@@ -156,7 +151,7 @@ pub fn backward<B: Backend>(
         n.clone(),
         B::float_expand(parts.gamma.clone(), full.clone()),
     );
-    let dv = if silu {
+    let dv = if activation == Activation::Silu {
         // silu'(v) = s (1 + v (1 - s)), s = sigmoid(v)
         let s = B::sigmoid(v.clone());
         let one_minus_s = B::float_add_scalar(B::float_neg(s.clone()), 1.0f64.into());
@@ -168,6 +163,7 @@ pub fn backward<B: Backend>(
     let dgamma = B::float_sum_dim(B::float_mul(dv.clone(), n.clone()), 0);
     let dn = B::float_mul(dv, B::float_expand(parts.gamma, full.clone()));
     let mut proj = B::float_mean_dim(B::float_mul(dn.clone(), n.clone()), 1);
+    let floor = norm.floor;
     if floor > 0.0 {
         // 1 where the floor is not active, 0 where it is: (sign(mean_sq_eps - floor) + 1) / 2;
         // at the kink itself this picks the subgradient 1/2.
@@ -200,13 +196,12 @@ pub fn is_supported_float(dtype: DType) -> bool {
 pub fn forward_into<B: crate::RmsNormSiluBackend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
-    eps: f32,
-    floor: f32,
-    silu: bool,
+    norm: NormParams,
+    activation: Activation,
     into: FloatTensor<B>,
     offset: usize,
 ) -> FloatTensor<B> {
-    let y = B::rms_norm_silu(x, gamma, eps, floor, silu);
+    let y = B::rms_norm_silu(x, gamma, norm, activation);
     let n = y.shape().num_elements();
     let shape = into.shape();
     let flat = B::float_reshape(into, Shape::new([shape.num_elements()]));

@@ -25,78 +25,48 @@ impl RmsNormSiluBackend for CubeBackend {
     fn rms_norm_silu(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> CubeTensor {
-        forward(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-        )
+        forward(x, gamma, norm, activation)
     }
 
     fn rms_norm_silu_dim(
         x: CubeTensor,
         gamma: CubeTensor,
         dim: usize,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> CubeTensor {
-        forward_dim(
-            x,
-            gamma,
-            dim,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-        )
+        forward_dim(x, gamma, dim, norm, activation)
     }
 
     fn rms_norm_silu_into(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         into: CubeTensor,
         offset: usize,
     ) -> CubeTensor {
-        forward_into(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-            into,
-            offset,
-        )
+        forward_into(x, gamma, norm, activation, into, offset)
     }
 
     fn rms_norm_silu_fp8(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> CubeTensor {
-        forward_fp8(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-            scale,
-            None,
-        )
+        forward_fp8(x, gamma, norm, activation, scale, None)
     }
 
     fn rms_norm_silu_fp8_amax(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
         scale: f32,
     ) -> (CubeTensor, CubeTensor) {
         let amax = empty_device_contiguous_dtype(
@@ -105,59 +75,31 @@ impl RmsNormSiluBackend for CubeBackend {
             burn::tensor::Shape::new([1]),
             DType::F32,
         );
-        let q = forward_fp8(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-            scale,
-            Some(amax.handle.clone()),
-        );
+        let q = forward_fp8(x, gamma, norm, activation, scale, Some(amax.handle.clone()));
         (q, amax)
     }
 
     fn rms_norm_silu_nvfp4(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
     ) -> CubeTensor {
-        forward_nvfp4(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-            recipe(cudnn),
-            s_enc,
-        )
+        forward_nvfp4(x, gamma, norm, activation, recipe, s_enc)
     }
 
     fn rms_norm_silu_nvfp4_parts(
         x: CubeTensor,
         gamma: CubeTensor,
-        eps: f32,
-        floor: f32,
-        silu: bool,
-        cudnn: bool,
+        norm: NormParams,
+        activation: Activation,
+        recipe: Fp4Recipe,
         s_enc: f32,
-        swizzled: bool,
+        layout: ScaleLayout,
     ) -> (CubeTensor, CubeTensor) {
-        forward_nvfp4_parts(
-            x,
-            gamma,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-            recipe(cudnn),
-            s_enc,
-            if swizzled {
-                ScaleLayout::Swizzled128x4
-            } else {
-                ScaleLayout::RowMajor
-            },
-        )
+        forward_nvfp4_parts(x, gamma, norm, activation, recipe, s_enc, layout)
     }
 
     fn rms_norm_silu_backward(
@@ -165,18 +107,10 @@ impl RmsNormSiluBackend for CubeBackend {
         gamma: CubeTensor,
         dy: CubeTensor,
         dim: usize,
-        eps: f32,
-        floor: f32,
-        silu: bool,
+        norm: NormParams,
+        activation: Activation,
     ) -> (CubeTensor, CubeTensor) {
-        backward(
-            x,
-            gamma,
-            dy,
-            dim,
-            NormParams { eps, floor },
-            Activation::silu_if(silu),
-        )
+        backward(x, gamma, dy, dim, norm, activation)
     }
 }
 
@@ -230,14 +164,6 @@ fn empty_quantized(
     (q, values, scales)
 }
 
-fn recipe(cudnn: bool) -> Fp4Recipe {
-    if cudnn {
-        Fp4Recipe::Cudnn
-    } else {
-        Fp4Recipe::TransformerEngine
-    }
-}
-
 /// The NVFP4 kernel writing into a new quantised tensor's values and block scales; its
 /// per-tensor scale word is the decode scale (`1 / s_enc`, or 1 for cuDNN's recipe).
 pub fn forward_nvfp4(
@@ -280,8 +206,7 @@ pub fn forward_nvfp4_parts(
     layout: ScaleLayout,
 ) -> (CubeTensor, CubeTensor) {
     let shape = x.shape();
-    let (values_shape, scales_shape) =
-        crate::nvfp4::parts_shapes(shape.as_slice(), layout == ScaleLayout::Swizzled128x4);
+    let (values_shape, scales_shape) = crate::nvfp4::parts_shapes(shape.as_slice(), layout);
     let rows = RowInputs::new(x, gamma);
     let (client, device) = (rows.x.client.clone(), rows.x.device.clone());
     let values = empty_device_contiguous_dtype(
@@ -324,15 +249,7 @@ pub fn backward(
     let channels = shape[rank - 1];
     let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
     let composed = |x, gamma, dy| {
-        crate::composed::backward_dim::<CubeBackend>(
-            x,
-            gamma,
-            dy,
-            dim,
-            norm.eps,
-            norm.floor,
-            activation == Activation::Silu,
-        )
+        crate::composed::backward_dim::<CubeBackend>(x, gamma, dy, dim, norm, activation)
     };
     if rows == 0 {
         return composed(x, gamma, dy);

@@ -12,6 +12,7 @@ use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype
 use crate::api::{RmsNormSiluOptions, check_arguments};
 use crate::backend::RmsNormSiluBackend;
 use burn::backend::Dispatch;
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 /// The quantisation scheme of the FP8 outputs: E4M3 values, one per byte, per-tensor f32
 /// scale.
@@ -31,9 +32,8 @@ pub fn fp8_scheme() -> QuantScheme {
 pub fn unsupported<B: Backend, T>(
     _x: FloatTensor<B>,
     _gamma: FloatTensor<B>,
-    _eps: f32,
-    _floor: f32,
-    _silu: bool,
+    _norm: NormParams,
+    _activation: Activation,
     _scale: f32,
 ) -> T {
     panic!(
@@ -68,13 +68,12 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> Tensor<D> {
-    let (params, silu) = fp8_arguments(&x, &gamma, &options, scale);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        params.eps,
-        params.floor,
-        silu,
+        params,
+        activation,
         scale,
     );
     Tensor::from_dispatch(out)
@@ -91,31 +90,30 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> (Tensor<D>, Tensor<1>) {
-    let (params, silu) = fp8_arguments(&x, &gamma, &options, scale);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        params.eps,
-        params.floor,
-        silu,
+        params,
+        activation,
         scale,
     );
     (Tensor::from_dispatch(q), Tensor::from_dispatch(amax))
 }
 
 /// Checks the arguments of the FP8 entry points (panicking with a message naming the bad one)
-/// and returns the kernel's norm parameters and whether SiLU applies.
+/// and returns the kernel's norm parameters and the activation.
 fn fp8_arguments<const D: usize>(
     x: &Tensor<D>,
     gamma: &Tensor<1>,
     options: &RmsNormSiluOptions,
     scale: f32,
-) -> (rmsnorm_silu_kernels::NormParams, bool) {
+) -> (NormParams, Activation) {
     let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
     assert!(
         scale.is_finite() && scale > 0.0,
         "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
     );
     let params = options.norm.params(channels);
-    (params, options.activation == crate::Activation::Silu)
+    (params, options.activation)
 }

@@ -21,7 +21,9 @@ use crate::api::{RmsNormSiluOptions, check_arguments};
 use crate::backend::RmsNormSiluBackend;
 use burn::backend::Dispatch;
 pub use rmsnorm_silu_kernels::formats::te_global_scale;
+use rmsnorm_silu_kernels::nvfp4::Fp4Recipe;
 pub use rmsnorm_silu_kernels::nvfp4::ScaleLayout;
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 /// Burn's NVFP4 scheme: E2M1 values packed eight per u32 word along the last axis (element `i`
 /// of a word in bits `4i..4i+4`, the same bytes as two per byte, low nibble first; Burn's CubeCL
@@ -48,32 +50,32 @@ pub enum Nvfp4Scaling {
 }
 
 impl Nvfp4Scaling {
-    /// `(cudnn, s_enc)` for the kernel; panics naming the argument when the value is invalid.
-    fn kernel_arguments(self) -> (bool, f32) {
+    /// `(recipe, s_enc)` for the kernel; panics naming the argument when the value is invalid.
+    fn kernel_arguments(self) -> (Fp4Recipe, f32) {
         match self {
             Nvfp4Scaling::GlobalScale(s) => {
                 assert!(
                     s.is_finite() && s > 0.0,
                     "rms_norm_silu_nvfp4: `scaling` GlobalScale must be finite and > 0, got {s}"
                 );
-                (false, s)
+                (Fp4Recipe::TransformerEngine, s)
             }
             Nvfp4Scaling::TensorAmax(amax) => {
                 assert!(
                     amax.is_finite() && amax >= 0.0,
                     "rms_norm_silu_nvfp4: `scaling` TensorAmax must be finite and >= 0, got {amax}"
                 );
-                (false, te_global_scale(amax))
+                (Fp4Recipe::TransformerEngine, te_global_scale(amax))
             }
-            Nvfp4Scaling::Cudnn => (true, 1.0),
+            Nvfp4Scaling::Cudnn => (Fp4Recipe::Cudnn, 1.0),
         }
     }
 
     /// The per-tensor decode scale a GEMM (or Burn's `dequantize`) multiplies by.
     pub fn decode_scale(self) -> f32 {
         match self.kernel_arguments() {
-            (true, _) => 1.0,
-            (false, s_enc) => 1.0 / s_enc,
+            (Fp4Recipe::Cudnn, _) => 1.0,
+            (Fp4Recipe::TransformerEngine, s_enc) => 1.0 / s_enc,
         }
     }
 }
@@ -97,14 +99,12 @@ pub struct Nvfp4Parts {
 ///
 /// # Panics
 /// Always.
-#[allow(clippy::too_many_arguments)]
 pub fn unsupported<B: Backend, T>(
     _x: FloatTensor<B>,
     _gamma: FloatTensor<B>,
-    _eps: f32,
-    _floor: f32,
-    _silu: bool,
-    _cudnn: bool,
+    _norm: NormParams,
+    _activation: Activation,
+    _recipe: Fp4Recipe,
     _s_enc: f32,
 ) -> T {
     panic!(
@@ -139,14 +139,13 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
     options: RmsNormSiluOptions,
     scaling: Nvfp4Scaling,
 ) -> Tensor<D> {
-    let (params, silu, cudnn, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        params.eps,
-        params.floor,
-        silu,
-        cudnn,
+        params,
+        activation,
+        recipe,
         s_enc,
     );
     Tensor::from_dispatch(out)
@@ -164,16 +163,15 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
     scaling: Nvfp4Scaling,
     layout: ScaleLayout,
 ) -> Nvfp4Parts {
-    let (params, silu, cudnn, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let (values, scales) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_parts(
         x.into_dispatch(),
         gamma.into_dispatch(),
-        params.eps,
-        params.floor,
-        silu,
-        cudnn,
+        params,
+        activation,
+        recipe,
         s_enc,
-        layout == ScaleLayout::Swizzled128x4,
+        layout,
     );
     Nvfp4Parts {
         values: Tensor::from_dispatch(values),
@@ -184,14 +182,14 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
 }
 
 /// The shapes of the parts of `x_shape` (values `[rows, C / 2]`, scales as [`Nvfp4Parts`]).
-pub fn parts_shapes(x_shape: &[usize], swizzled: bool) -> ([usize; 2], [usize; 1]) {
+pub fn parts_shapes(x_shape: &[usize], layout: ScaleLayout) -> ([usize; 2], [usize; 1]) {
     let channels = x_shape.last().copied().unwrap_or(0);
     let rows = x_shape
         .iter()
         .product::<usize>()
         .checked_div(channels)
         .unwrap_or(0);
-    let scales = if swizzled {
+    let scales = if layout == ScaleLayout::Swizzled128x4 {
         rmsnorm_silu_kernels::formats::swizzled_scale_bytes(rows, channels)
     } else {
         rows * (channels / 16)
@@ -205,19 +203,18 @@ fn nvfp4_arguments<const D: usize>(
     gamma: &Tensor<1>,
     options: &RmsNormSiluOptions,
     scaling: Nvfp4Scaling,
-) -> (rmsnorm_silu_kernels::NormParams, bool, bool, f32) {
+) -> (NormParams, Activation, Fp4Recipe, f32) {
     let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
     assert!(
         channels.is_multiple_of(16),
         "rms_norm_silu_nvfp4: `x`'s last axis must be a multiple of 16 (NVFP4 blocks), got C = \
          {channels}"
     );
-    let (cudnn, s_enc) = scaling.kernel_arguments();
-    let params = options.norm.params(channels);
+    let (recipe, s_enc) = scaling.kernel_arguments();
     (
-        params,
-        options.activation == crate::Activation::Silu,
-        cudnn,
+        options.norm.params(channels),
+        options.activation,
+        recipe,
         s_enc,
     )
 }

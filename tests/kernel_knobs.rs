@@ -894,9 +894,8 @@ fn raw_cube_backend_extension() {
     let y = <CubeBackend as RmsNormSiluBackend>::rms_norm_silu(
         upload(&x, vec![2, 5, channels], DType::BF16, &device),
         upload(&gamma, vec![channels], DType::BF16, &device),
-        eps,
-        0.0,
-        true,
+        NormParams::rms(eps),
+        Activation::Silu,
     );
     assert_close(&download(y), &want, 2e-2, 2e-2, "raw CubeBackend");
 }

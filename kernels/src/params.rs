@@ -41,17 +41,6 @@ pub enum Activation {
     Identity,
 }
 
-impl Activation {
-    /// SiLU when `silu`, else the identity (the backend extension passes a flag).
-    pub fn silu_if(silu: bool) -> Self {
-        if silu {
-            Activation::Silu
-        } else {
-            Activation::Identity
-        }
-    }
-}
-
 /// What the kernel writes.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
 pub enum Output {
