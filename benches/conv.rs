@@ -27,7 +27,7 @@ use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
 use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
 use burn_rmsnorm_silu::kernels::cubecl::zspace::Shape;
 use burn_rmsnorm_silu::kernels::cubecl::zspace::striding::row_major_contiguous_strides;
-use burn_rmsnorm_silu::kernels::select::device_sm;
+use burn_rmsnorm_silu::kernels::device::device_sm;
 use burn_rmsnorm_silu::kernels::timing::{Timer, median};
 use half::bf16;
 

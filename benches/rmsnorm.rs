@@ -33,9 +33,10 @@ use burn::tensor::{DType, Device, Distribution, Tensor};
 use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};
 use burn_rmsnorm_silu::kernels::cubecl::prelude::*;
 use burn_rmsnorm_silu::kernels::cubecl::server::Handle;
-use burn_rmsnorm_silu::kernels::forward::validate_knobs;
-use burn_rmsnorm_silu::kernels::select::{device_sm, pick_vector_size};
+use burn_rmsnorm_silu::kernels::device::device_sm;
+use burn_rmsnorm_silu::kernels::select::pick_vector_size;
 use burn_rmsnorm_silu::kernels::timing::{CopyShape, Timer, median};
+use burn_rmsnorm_silu::kernels::validate::validate_knobs;
 use burn_rmsnorm_silu::kernels::{
     Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
     launch_forward, select_knobs_with_source, table_derived_knobs,
@@ -206,7 +207,7 @@ impl Buffers {
         client: &Client,
         scales: &Handle,
         knobs: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs,
-    ) -> Result<(), burn_rmsnorm_silu::kernels::forward::ForwardError> {
+    ) -> Result<(), burn_rmsnorm_silu::kernels::ForwardError> {
         use burn_rmsnorm_silu::kernels::nvfp4::{
             Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4,
         };
@@ -1047,7 +1048,7 @@ fn channels_sweep(
     backward: bool,
 ) -> Vec<burn_rmsnorm_silu::kernels::channels::ChannelsConfig> {
     use burn_rmsnorm_silu::kernels::channels::ChannelsConfig;
-    let fast_math = burn_rmsnorm_silu::kernels::forward::has_ptx_math(client);
+    let fast_math = burn_rmsnorm_silu::kernels::device::has_ptx_math(client);
     let mut out = Vec::new();
     for max_vector in [2usize, 4, 8] {
         for px in [2u32, 4, 8, 16, 32, 64, 128, 256] {

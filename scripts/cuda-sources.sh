@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/cuda-sources.sh DIR}
 mkdir -p "$out"
-CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo build --release -q -p rmsnorm-silu-kernels --example cuda_source
+CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo build --release -q --workspace --example cuda_source
 bin=target/release/examples/cuda_source
 i=0
 while read -r args; do

@@ -63,14 +63,15 @@ pub trait RmsNormSiluBackend: Backend {
         into: FloatTensor<Self>,
         offset: usize,
     ) -> FloatTensor<Self> {
-        crate::composed::forward_into::<Self>(x, gamma, norm, activation, into, offset)
+        let y = Self::rms_norm_silu(x, gamma, norm, activation);
+        crate::composed::write_into::<Self>(into, offset, y)
     }
 
     /// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
     /// as a quantised tensor (E4M3 values, per-tensor f32 scale `1 / scale`, so Burn's
     /// `dequantize()` gives `q / scale`). CubeCL backends quantise inside the fused kernel;
-    /// other backends refuse with a clear error (see [`crate::fp8::unsupported`]).
-    #[fusion(dtype = burn::tensor::DType::QFloat(crate::fp8::fp8_scheme()), shape = x)]
+    /// other backends refuse with a clear error (see [`crate::formats::unsupported_fp8`]).
+    #[fusion(dtype = burn::tensor::DType::QFloat(crate::formats::fp8_scheme()), shape = x)]
     fn rms_norm_silu_fp8(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -78,7 +79,7 @@ pub trait RmsNormSiluBackend: Backend {
         activation: Activation,
         scale: f32,
     ) -> QuantizedTensor<Self> {
-        crate::fp8::unsupported::<Self, _>(x, gamma, norm, activation, scale)
+        crate::formats::unsupported_fp8::<Self, _>(x, gamma, norm, activation, scale)
     }
 
     /// [`Self::rms_norm_silu_fp8`] that also returns `amax = max |y|` over the tensor (before
@@ -86,7 +87,7 @@ pub trait RmsNormSiluBackend: Backend {
     #[fusion(meta = |x, _gamma, _norm, _activation, _scale| (
         burn::backend::fusion::custom::TensorSpec::new(
             x.shape.clone(),
-            burn::tensor::DType::QFloat(crate::fp8::fp8_scheme()),
+            burn::tensor::DType::QFloat(crate::formats::fp8_scheme()),
         ),
         burn::backend::fusion::custom::TensorSpec::new(
             burn::tensor::Shape::new([1]),
@@ -100,13 +101,13 @@ pub trait RmsNormSiluBackend: Backend {
         activation: Activation,
         scale: f32,
     ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
-        crate::fp8::unsupported::<Self, _>(x, gamma, norm, activation, scale)
+        crate::formats::unsupported_fp8::<Self, _>(x, gamma, norm, activation, scale)
     }
 
     /// The op over the last axis written as NVFP4 (`crate::nvfp4`): E2M1 values, E4M3 scales
     /// per block of 16, per-tensor decode scale `1 / s_enc` (1 with the cuDNN recipe), as a quantised
     /// tensor. CubeCL backends quantise inside the fused kernel; others refuse.
-    #[fusion(dtype = burn::tensor::DType::QFloat(crate::nvfp4::nvfp4_scheme()), shape = x)]
+    #[fusion(dtype = burn::tensor::DType::QFloat(crate::formats::nvfp4_scheme()), shape = x)]
     fn rms_norm_silu_nvfp4(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -115,14 +116,14 @@ pub trait RmsNormSiluBackend: Backend {
         recipe: Fp4Recipe,
         s_enc: f32,
     ) -> QuantizedTensor<Self> {
-        crate::nvfp4::unsupported::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
+        crate::formats::unsupported_nvfp4::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
     }
 
     /// [`Self::rms_norm_silu_nvfp4`] as raw parts: the values `[rows, C / 2]` and the scales
     /// (row-major `[rows * C / 16]`, or the cuBLASLt 128x4 swizzled layout, as `layout` says),
     /// both u8.
     #[fusion(meta = |x, _gamma, _norm, _activation, _recipe, _s_enc, layout| {
-        let (values, scales) = crate::nvfp4::parts_shapes(&x.shape, *layout);
+        let (values, scales) = crate::formats::nvfp4_parts_shapes(&x.shape, *layout);
         (
             burn::backend::fusion::custom::TensorSpec::new(
                 burn::tensor::Shape::new(values),
@@ -144,7 +145,7 @@ pub trait RmsNormSiluBackend: Backend {
         layout: ScaleLayout,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         let _ = layout;
-        crate::nvfp4::unsupported::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
+        crate::formats::unsupported_nvfp4::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
     }
 
     /// The gradients `(dx, dgamma)` of [`Self::rms_norm_silu_dim`] for the output gradient

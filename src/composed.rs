@@ -191,17 +191,14 @@ pub fn is_supported_float(dtype: DType) -> bool {
     )
 }
 
-/// [`RmsNormSiluBackend::rms_norm_silu_into`](crate::RmsNormSiluBackend::rms_norm_silu_into)
-/// from the backend's own op and a slice assignment of the flattened tensors.
-pub fn forward_into<B: crate::RmsNormSiluBackend>(
-    x: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    norm: NormParams,
-    activation: Activation,
+/// `into` with elements `offset..offset + numel(y)` (row-major) replaced by `y`'s, through a
+/// slice assignment of the flattened tensors: the composed form of
+/// [`RmsNormSiluBackend::rms_norm_silu_into`](crate::RmsNormSiluBackend::rms_norm_silu_into).
+pub fn write_into<B: Backend>(
     into: FloatTensor<B>,
     offset: usize,
+    y: FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let y = B::rms_norm_silu(x, gamma, norm, activation);
     let n = y.shape().num_elements();
     let shape = into.shape();
     let flat = B::float_reshape(into, Shape::new([shape.num_elements()]));

@@ -429,7 +429,7 @@ mod cube {
     use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
     use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
     use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
-    use rmsnorm_silu_kernels::select::device_sm;
+    use rmsnorm_silu_kernels::device::device_sm;
 
     use burn::tensor::ops::ConvOptions;
     use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};

@@ -126,7 +126,7 @@ pub fn forward_fp8(
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
-    let (q, values, scales) = empty_quantized(shape, crate::fp8::fp8_scheme(), &rows);
+    let (q, values, scales) = empty_quantized(shape, crate::formats::fp8_scheme(), &rows);
     let client = rows.x.client.clone();
     write_f32(&client, scales.handle.clone(), 1.0 / scale);
     if rows.problem.rows == 0 {
@@ -176,7 +176,7 @@ pub fn forward_nvfp4(
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
-    let (q, values, scales) = empty_quantized(shape, crate::nvfp4::nvfp4_scheme(), &rows);
+    let (q, values, scales) = empty_quantized(shape, crate::formats::nvfp4_scheme(), &rows);
     let global = q.global().expect("NVFP4 has a per-tensor scale");
     let decode = match recipe {
         Fp4Recipe::Cudnn => 1.0,
@@ -206,7 +206,7 @@ pub fn forward_nvfp4_parts(
     layout: ScaleLayout,
 ) -> (CubeTensor, CubeTensor) {
     let shape = x.shape();
-    let (values_shape, scales_shape) = crate::nvfp4::parts_shapes(shape.as_slice(), layout);
+    let (values_shape, scales_shape) = crate::formats::nvfp4_parts_shapes(shape.as_slice(), layout);
     let rows = RowInputs::new(x, gamma);
     let (client, device) = (rows.x.client.clone(), rows.x.device.clone());
     let values = empty_device_contiguous_dtype(

@@ -5,42 +5,13 @@
 //! tensor with E4M3 values stored one per byte and a per-tensor f32 scale of `1 / scale`, which
 //! is Burn's convention (`dequantize()` multiplies by it), so `dequantize()` gives `q / scale`.
 
-use burn::backend::{Backend, tensor::FloatTensor};
 use burn::tensor::Tensor;
-use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
 
 use crate::api::{RmsNormSiluOptions, check_arguments};
 use crate::backend::RmsNormSiluBackend;
+pub use crate::formats::fp8_scheme;
 use burn::backend::Dispatch;
 use rmsnorm_silu_kernels::{Activation, NormParams};
-
-/// The quantisation scheme of the FP8 outputs: E4M3 values, one per byte, per-tensor f32
-/// scale.
-pub fn fp8_scheme() -> QuantScheme {
-    QuantScheme::default()
-        .with_value(QuantValue::E4M3)
-        .with_store(QuantStore::Native)
-        .per_tensor(ScaleDtype::F32)
-}
-
-/// Backends without the fused kernel: refused. Composing the op and Burn's `quantize` would be
-/// the obvious fallback, but Burn's E4M3 quantisation on Flex rounds to the integer grid (0.2
-/// becomes 0), a wrong answer; a clear error is better.
-///
-/// # Panics
-/// Always.
-pub fn unsupported<B: Backend, T>(
-    _x: FloatTensor<B>,
-    _gamma: FloatTensor<B>,
-    _norm: NormParams,
-    _activation: Activation,
-    _scale: f32,
-) -> T {
-    panic!(
-        "rms_norm_silu_fp8: FP8 output needs a CubeCL backend (CUDA or the CubeCL CPU runtime, \
-         `Device::cuda(..)` / `Device::cpu()`); this backend has no fused FP8 path"
-    )
-}
 
 /// [`rms_norm_silu_fp8_with`] with cuDNN semantics: `rsqrt(mean(x^2) + eps)`, then SiLU.
 ///
@@ -61,7 +32,7 @@ pub fn rms_norm_silu_fp8<const D: usize>(
 ///
 /// # Panics
 /// As [`crate::rms_norm_silu_with`], when `scale` is not finite and positive, and on backends
-/// other than CubeCL ones (see [`unsupported`]).
+/// other than CubeCL ones (see [`crate::formats::unsupported_fp8`]).
 pub fn rms_norm_silu_fp8_with<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<1>,

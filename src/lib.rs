@@ -33,6 +33,7 @@ pub mod conv;
 pub mod cpu_bf16_shim;
 #[cfg(any(feature = "cuda", feature = "cpu"))]
 pub mod cube;
+pub mod formats;
 pub mod fp8;
 pub mod module;
 pub mod nvfp4;

@@ -13,29 +13,16 @@
 //! The Burn tensor's per-tensor scale is the *decode* scale (`1 / s_enc`, or 1 for cuDNN's
 //! recipe), Burn's convention, so its `dequantize()` gives `q * s_b * global`.
 
-use burn::backend::{Backend, tensor::FloatTensor};
-use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue, ScaleDtype};
 use burn::tensor::{Int, Tensor};
 
 use crate::api::{RmsNormSiluOptions, check_arguments};
 use crate::backend::RmsNormSiluBackend;
+pub use crate::formats::nvfp4_scheme;
 use burn::backend::Dispatch;
 pub use rmsnorm_silu_kernels::formats::te_global_scale;
 use rmsnorm_silu_kernels::nvfp4::Fp4Recipe;
 pub use rmsnorm_silu_kernels::nvfp4::ScaleLayout;
 use rmsnorm_silu_kernels::{Activation, NormParams};
-
-/// Burn's NVFP4 scheme: E2M1 values packed eight per u32 word along the last axis (element `i`
-/// of a word in bits `4i..4i+4`, the same bytes as two per byte, low nibble first; Burn's CubeCL
-/// dequantiser reads E2M1 only from u32 words), UE4M3 scales per
-/// block of 16, an f32 per-tensor scale.
-pub fn nvfp4_scheme() -> QuantScheme {
-    QuantScheme::default()
-        .with_value(QuantValue::E2M1)
-        .with_store(QuantStore::PackedU32(0))
-        .per_block([16], ScaleDtype::UE4M3)
-        .per_tensor(ScaleDtype::F32)
-}
 
 /// How the NVFP4 block scales are formed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,25 +79,6 @@ pub struct Nvfp4Parts {
     /// The per-tensor decode scale (`1 / s_enc`; 1 for [`Nvfp4Scaling::Cudnn`]).
     pub global_scale: f32,
     pub layout: ScaleLayout,
-}
-
-/// Non-CubeCL backends: refused (Burn's own E2M1 quantiser differs from NVIDIA's recipe, and a
-/// composed fallback would hand back a different encoding).
-///
-/// # Panics
-/// Always.
-pub fn unsupported<B: Backend, T>(
-    _x: FloatTensor<B>,
-    _gamma: FloatTensor<B>,
-    _norm: NormParams,
-    _activation: Activation,
-    _recipe: Fp4Recipe,
-    _s_enc: f32,
-) -> T {
-    panic!(
-        "rms_norm_silu_nvfp4: NVFP4 output needs a CubeCL backend (CUDA or the CubeCL CPU \
-         runtime, `Device::cuda(..)` / `Device::cpu()`); this backend has no fused NVFP4 path"
-    )
 }
 
 /// [`rms_norm_silu_nvfp4_with`] with cuDNN semantics: `rsqrt(mean(x^2) + eps)`, then SiLU.
@@ -179,22 +147,6 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
         global_scale: scaling.decode_scale(),
         layout,
     }
-}
-
-/// The shapes of the parts of `x_shape` (values `[rows, C / 2]`, scales as [`Nvfp4Parts`]).
-pub fn parts_shapes(x_shape: &[usize], layout: ScaleLayout) -> ([usize; 2], [usize; 1]) {
-    let channels = x_shape.last().copied().unwrap_or(0);
-    let rows = x_shape
-        .iter()
-        .product::<usize>()
-        .checked_div(channels)
-        .unwrap_or(0);
-    let scales = if layout == ScaleLayout::Swizzled128x4 {
-        rmsnorm_silu_kernels::formats::swizzled_scale_bytes(rows, channels)
-    } else {
-        rows * (channels / 16)
-    };
-    ([rows, channels / 2], [scales])
 }
 
 /// Checks the NVFP4 arguments (panicking with a message naming the bad one).

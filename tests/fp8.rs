@@ -92,8 +92,8 @@ fn fp8_packed_lane_counts() {
 #[test]
 fn fp8_table_entries_match_the_host_quantiser() {
     use rand::{Rng, SeedableRng};
-    use rmsnorm_silu_kernels::forward::validate_knobs;
     use rmsnorm_silu_kernels::lut::tables;
+    use rmsnorm_silu_kernels::validate::validate_knobs;
     let device = cube_device();
     let client = device.client();
     let sms = client.properties().hardware.num_streaming_multiprocessors;

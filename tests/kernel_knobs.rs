@@ -6,7 +6,7 @@ use burn::tensor::{DType, read_sync};
 use burn_cubecl::{CubeBackend, CubeDevice, kernel::into_contiguous, tensor::CubeTensor};
 use burn_rmsnorm_silu::RmsNormSiluBackend;
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
-use rmsnorm_silu_kernels::forward::validate_knobs;
+use rmsnorm_silu_kernels::validate::validate_knobs;
 use rmsnorm_silu_kernels::{
     Activation, GammaIn, Knobs, LaneReduce, NormParams, RowsProblem, launch_forward, select_knobs,
 };
@@ -1080,7 +1080,7 @@ fn table_derived_fallback_is_valid_and_correct() {
                     check_knobs(k, rows.min(2000), channels, DType::BF16, Activation::Silu)
                 }
                 None => assert_ne!(
-                    rmsnorm_silu_kernels::select::device_sm(&client),
+                    rmsnorm_silu_kernels::device::device_sm(&client),
                     Some(90),
                     "no table-derived knobs for C={channels} on sm_90"
                 ),

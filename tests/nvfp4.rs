@@ -276,7 +276,7 @@ fn every_nvfp4_knob_path_matches_the_host() {
     let client = device.client();
     let hw = client.properties().hardware.clone();
     let plane_ops = has_plane_ops(&client);
-    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
+    let ptx = rmsnorm_silu_kernels::device::has_ptx_math(&client);
     let mut rng = rng("nvfp4_knobs");
     let inputs = RescueRows::new(&mut rng, 13, 160);
     let mut cases = Vec::new();
@@ -349,7 +349,7 @@ fn nvfp4_lane_counts_that_are_not_powers_of_two() {
     let client = device.client();
     let hw = client.properties().hardware.clone();
     let plane_ops = has_plane_ops(&client);
-    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
+    let ptx = rmsnorm_silu_kernels::device::has_ptx_math(&client);
     let mut rng = rng("nvfp4_odd_lanes");
     for (channels, lane_counts) in [(160usize, &[10u32, 5, 3][..]), (96, &[6][..])] {
         let inputs = RescueRows::new(&mut rng, 37, channels);
@@ -796,7 +796,7 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
     let client = device.client();
     let hw = client.properties().hardware.clone();
     let plane_ops = has_plane_ops(&client);
-    let ptx = rmsnorm_silu_kernels::forward::has_ptx_math(&client);
+    let ptx = rmsnorm_silu_kernels::device::has_ptx_math(&client);
     let mut rng = rng("nvfp4_raw_cache");
     for (rows, channels, dtype) in [
         (21, 160, DType::BF16),

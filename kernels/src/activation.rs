@@ -48,12 +48,6 @@ pub(crate) fn activate<N: Size>(
 
 pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
-/// Whether the device takes the PTX math of the `fast_math` paths (a CUDA device; cubecl's
-/// fingerprint of a CUDA device starts with `ptx_`). Elsewhere `fast_math` is refused.
-pub fn has_ptx_math(client: &Client) -> bool {
-    client.properties().identity.fingerprint.starts_with("ptx_")
-}
-
 /// `2^x` with PTX `ex2.approx.ftz.f32` (one special-function instruction; CUDA only).
 #[cube]
 pub(crate) fn ptx_ex2_approx(x: f32) -> f32 {

@@ -23,10 +23,11 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::activation::{LOG2_E, ptx_ex2_approx, ptx_rcp_approx};
-use crate::forward::{ForwardError, has_ptx_math, is_gpu};
+use crate::device::{has_ptx_math, is_gpu, reduction_plane_width, threads_per_sm};
 use crate::knobs::LaneReduce;
 use crate::lanes::{horizontal_sum, tree_sum};
 use crate::params::{Activation, NormParams};
+use crate::problem::ForwardError;
 use crate::row_io::stage_words;
 
 /// The comptime shape of a backward launch.
@@ -478,7 +479,7 @@ pub struct BackwardKnobs {
     /// shared memory as 32-bit words (the forward's prefetch). On by default on a GPU
     /// ([`Self::for_shape`]); needs vectors of whole words and the shared memory to stage them.
     pub prefetch: bool,
-    /// Cubes of the persistent grid per SM: `None` as many as the SM's 2048 units hold (at
+    /// Cubes of the persistent grid per SM: `None` as many as the SM's resident threads hold (`device::threads_per_sm`) (at
     /// most 16), `Some(0)` one cube per row group (no persistent grid), `Some(n)` n per SM (at
     /// most what `None` gives).
     /// Fewer cubes mean fewer dgamma partials; a grid larger than what is resident at once
@@ -747,7 +748,7 @@ pub fn launch_backward_with(
         activation,
         fast_math: knobs.fast_math && activation == Activation::Silu,
         prefetch: knobs.prefetch,
-        plane_width: crate::lanes::reduction_plane_width(client),
+        plane_width: reduction_plane_width(client),
     };
     let vector_bytes = vector_size * x_type.size();
     if knobs.prefetch {
@@ -767,7 +768,7 @@ pub fn launch_backward_with(
         }
     }
     let groups = rows.div_ceil(rows_per_cube).max(1);
-    let resident = (2048 / (lanes * rows_per_cube)).clamp(1, 16);
+    let resident = (threads_per_sm(client) / (lanes * rows_per_cube)).clamp(1, 16);
     let cubes = match (knobs.cubes_per_sm, hw.num_streaming_multiprocessors) {
         (Some(0), _) => groups.min(hw.max_cube_count.0 as usize),
         (per_sm, Some(sms)) if gpu => {
@@ -845,7 +846,7 @@ pub fn launch_reduce_dgamma(
     let threads = 1u32 << wanted.min(max_units.max(1)).ilog2();
     // The units' sums meet by plane shuffles where the row kernels' lane sums do (the kernel
     // falls back to its shared-memory tree for a plane wider than the cube).
-    let plane = crate::lanes::reduction_plane_width(client);
+    let plane = reduction_plane_width(client);
     unsafe {
         rms_norm_reduce_dgamma::launch_unchecked(
             client,

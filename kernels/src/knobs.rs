@@ -126,7 +126,7 @@ pub struct RowConfig {
     /// (a larger scale would make `k` subnormal, flushed to zero, and `0 * inf` a NaN code).
     pub scale_foldable: bool,
     /// Units of a plane the shared-memory lane reduction may shuffle across (set at launch from
-    /// [`crate::lanes::reduction_plane_width`]; 1 = no plane operations, as on the CPU
+    /// [`crate::device::reduction_plane_width`]; 1 = no plane operations, as on the CPU
     /// runtime). Rows wider than a plane then add each plane's lanes by shuffles and only the
     /// planes' sums through shared memory (2 barriers instead of `log2(lanes) + 2`).
     pub plane_width: u32,

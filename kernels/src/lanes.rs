@@ -8,7 +8,6 @@
 
 use cubecl::prelude::*;
 
-use crate::forward::is_gpu;
 use crate::knobs::{LaneReduce, RowConfig};
 use crate::rescue::prescale;
 
@@ -337,14 +336,4 @@ fn plane_then_shared_sums(
     // Everyone has read the planes' sums before the next rows overwrite them.
     sync_cube();
     rescue
-}
-
-/// The plane width the shared-memory lane reduction may shuffle across
-/// ([`RowConfig::plane_width`]): the plane size on a GPU, 1 (no plane operations) elsewhere.
-pub fn reduction_plane_width(client: &Client) -> u32 {
-    if is_gpu(client) {
-        client.properties().hardware.plane_size_min
-    } else {
-        1
-    }
 }

@@ -9,6 +9,10 @@
 //!   per-architecture table ([`lut`]), a heuristic valid everywhere;
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
+//! - [`problem`]: the row problem and the launch error every launcher shares;
+//! - [`validate`]: whether a row-kernel configuration can run a problem on a device;
+//! - [`device`]: what the kernels ask of the device (planes, PTX math, compute capability,
+//!   threads per multiprocessor);
 //! - [`lanes`]: how the units of a row add up their partial sums (shared by the row kernels);
 //! - [`activation`]: the per-element math after the row scale (inverse RMS, the SiLU forms);
 //! - [`row_io`]: how a unit loads its vectors (together, clamped; prefetch staging; gamma) and
@@ -29,6 +33,7 @@ pub mod activation;
 pub mod backward;
 pub mod channels;
 pub mod conv;
+pub mod device;
 pub mod formats;
 pub mod forward;
 pub mod fp8_out;
@@ -37,6 +42,7 @@ pub mod lanes;
 pub mod lut;
 pub mod nvfp4;
 pub mod params;
+pub mod problem;
 pub mod quant;
 pub mod reference;
 pub mod rescue;
@@ -44,10 +50,12 @@ pub mod row_io;
 pub mod select;
 pub mod tickets;
 pub mod timing;
+pub mod validate;
 
-pub use forward::{ForwardError, RowsProblem, launch_forward};
+pub use forward::launch_forward;
 pub use knobs::{GammaIn, Knobs, LaneReduce};
 pub use params::{Activation, NormParams};
+pub use problem::{ForwardError, RowsProblem};
 pub use select::{
     KnobSource, heuristic_knobs, select_knobs, select_knobs_with_source, table_derived_knobs,
 };

@@ -10,9 +10,11 @@
 
 use cubecl::prelude::*;
 
-use crate::forward::{RowsProblem, has_ptx_math, validate_knobs};
+use crate::device::{device_sm, has_ptx_math, threads_per_sm};
 use crate::knobs::{GammaIn, Knobs, LaneReduce};
 use crate::lut;
+use crate::problem::RowsProblem;
+use crate::validate::validate_knobs;
 
 /// Environment variable that forces a knob configuration.
 pub const KNOBS_ENV: &str = "RMSNORM_SILU_KNOBS";
@@ -47,11 +49,6 @@ pub fn out_kind(elem_size: usize) -> &'static str {
         4 => "f32",
         _ => "f64",
     }
-}
-
-/// The device's compute capability x 10, when it is a CUDA device.
-pub fn device_sm(client: &Client) -> Option<u32> {
-    lut::sm_from_fingerprint(&client.properties().identity.fingerprint)
 }
 
 fn valid(
@@ -344,9 +341,9 @@ pub fn heuristic_knobs(
         0
     };
     // Persistent grid: a few cubes per multiprocessor on a GPU, none on a CPU.
-    let max_cubes = hw
-        .num_streaming_multiprocessors
-        .map(|sms| sms * (2048 / (lanes_per_row * rows_per_cube)).clamp(1, 16));
+    let max_cubes = hw.num_streaming_multiprocessors.map(|sms| {
+        sms * (threads_per_sm(client) as u32 / (lanes_per_row * rows_per_cube)).clamp(1, 16)
+    });
     Knobs {
         vector_size,
         lanes_per_row,

@@ -10,9 +10,9 @@ use super::{
     ChannelsConfig, ChannelsLimits, channel_groups_sum, group_sum_len, load_gamma, next_tile,
     plane_groups, shape_for_units, tiled_shape, vector_for,
 };
-use crate::activation::has_ptx_math;
-use crate::forward::ForwardError;
+use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
+use crate::problem::ForwardError;
 use crate::row_io::words_to_f32;
 use crate::select::widest_vector;
 
@@ -460,9 +460,9 @@ pub fn launch_channels_backward(
     let tiles = batches * tiles_per_batch;
     // Without a known SM count (the CPU runtime) at most 64 cubes, as the row backward: a cube
     // then walks several tiles (the prefetch's steady state is tested there too).
-    let max_cubes = hw
-        .num_streaming_multiprocessors
-        .map_or(64, |sms| sms as usize * (2048 / units as usize).max(1));
+    let max_cubes = hw.num_streaming_multiprocessors.map_or(64, |sms| {
+        sms as usize * (threads_per_sm(client) / units as usize).max(1)
+    });
     let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
     let cfg = ChannelsConfig {
         plane_groups: plane_groups(client, cfg.position_units, cfg.channel_groups),

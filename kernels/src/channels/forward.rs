@@ -10,9 +10,10 @@ use super::{
     ChannelsConfig, ChannelsLimits, ChannelsProblem, channel_groups_sum, group_sum_len, load_gamma,
     next_tile, plane_groups, tiled_shape, vector_for,
 };
-use crate::activation::{LOG2_E, activate, has_ptx_math, silu_from_exponent};
-use crate::forward::ForwardError;
+use crate::activation::{LOG2_E, activate, silu_from_exponent};
+use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
+use crate::problem::ForwardError;
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
 
@@ -333,7 +334,7 @@ pub fn launch_channels_with(
     let tiles_per_batch = position_vectors.div_ceil(px);
     let tiles = p.batches * tiles_per_batch;
     let max_cubes = hw.num_streaming_multiprocessors.map_or(65_535, |sms| {
-        sms as usize * (2048 / (px * cfg.channel_groups as usize)).max(1)
+        sms as usize * (threads_per_sm(client) / (px * cfg.channel_groups as usize)).max(1)
     });
     let cubes = tiles.clamp(1, max_cubes.min(hw.max_cube_count.0 as usize));
     let cached = cfg.channels_per_unit * cfg.channel_groups as usize >= p.channels;

@@ -18,9 +18,9 @@
 
 use cubecl::prelude::*;
 
-use crate::activation::has_ptx_math;
-use crate::forward::{ForwardError, is_gpu};
+use crate::device::{has_ptx_math, is_gpu};
 use crate::params::Activation;
+use crate::problem::ForwardError;
 
 mod backward;
 mod forward;

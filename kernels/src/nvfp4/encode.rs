@@ -4,7 +4,8 @@
 use cubecl::prelude::*;
 
 use super::{BLOCK, BlockAt, CodeWords, Fp4Config, Fp4Recipe, ScaleLayout};
-use crate::activation::{LOG2_E, has_ptx_math, input_scale, output_value, ptx_rcp_approx};
+use crate::activation::{LOG2_E, input_scale, output_value, ptx_rcp_approx};
+use crate::device::{device_sm, has_ptx_math};
 
 /// The E2M1 code (low nibble) of `v`: round to nearest, ties to even, saturate at ±6; the sign
 /// bit is `v`'s (so -0 is 0x8); NaN gives 0x7. Computed on the float's bits (about half the
@@ -305,7 +306,7 @@ pub fn packed_word(
 /// Whether the device runs the pair encoder ([`packed_word`]'s `pairs`): the PTX math on
 /// sm_90+ (its 16-bit integer `min`/`max` need sm_90; ptxas refuses them for sm_80).
 pub fn has_pair_encoder(client: &Client) -> bool {
-    has_ptx_math(client) && crate::select::device_sm(client).is_some_and(|sm| sm >= 90)
+    has_ptx_math(client) && device_sm(client).is_some_and(|sm| sm >= 90)
 }
 
 /// `p / 6`, correctly rounded for every `p` above `2^-125` (every f32 checked on the host;

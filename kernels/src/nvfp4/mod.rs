@@ -25,15 +25,15 @@ use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::activation::{has_ptx_math, inv_rms};
-use crate::forward::{ForwardError, RowsProblem, cube_dim, lane_layout_error};
+use crate::activation::inv_rms;
+use crate::device::{has_ptx_math, reduction_plane_width};
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
-use crate::lanes::{
-    horizontal_sum, lane_sums, reduction_plane_width, rows_seen, unit_lane, unit_row,
-};
+use crate::lanes::{horizontal_sum, lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
+use crate::problem::{ForwardError, RowsProblem};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{widen, words_to_f32};
+use crate::validate::{cube_dim, lane_layout_error};
 
 mod encode;
 mod selection;

@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use super::{BLOCK, GAMMA_AFTER_X_BLOCKS, GAMMA_REGISTER_BLOCKS};
-use crate::activation::has_ptx_math;
+use crate::device::{device_sm, has_ptx_math};
 use crate::knobs::LaneReduce;
 
 /// Launch parameters of the NVFP4 kernel.
@@ -222,7 +222,7 @@ pub fn select_fp4_knobs(
     elem_size: usize,
 ) -> Fp4Knobs {
     let heuristic = || heuristic_fp4_knobs(client, channels, elem_size);
-    let sm = crate::select::device_sm(client);
+    let sm = device_sm(client);
     if sm != Some(90) || elem_size != 2 {
         return heuristic();
     }
