@@ -239,3 +239,35 @@ pub(crate) fn check_arguments<const D: usize>(
     );
     channels
 }
+
+/// What the op can do on a device: ask before calling instead of meeting the quantised entry
+/// points' panic on a backend without them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The fused kernels run (CubeCL devices: CUDA, the CubeCL CPU runtime); elsewhere
+    /// composed Burn ops with the same semantics.
+    pub fused: bool,
+    /// FP8 E4M3 outputs (`rms_norm_silu_fp8*`).
+    pub fp8: bool,
+    /// NVFP4 outputs (`rms_norm_silu_nvfp4*`).
+    pub nvfp4: bool,
+}
+
+/// The [`Capabilities`] of `device` (an autodiff device answers for the device it wraps).
+pub fn capabilities(device: &burn::tensor::Device) -> Capabilities {
+    #[cfg(any(feature = "cuda", feature = "cpu"))]
+    let fused = matches!(
+        device.clone().inner().as_dispatch(),
+        burn::backend::DispatchDevice::Cube(_)
+    );
+    #[cfg(not(any(feature = "cuda", feature = "cpu")))]
+    let fused = {
+        let _ = device;
+        false
+    };
+    Capabilities {
+        fused,
+        fp8: fused,
+        nvfp4: fused,
+    }
+}

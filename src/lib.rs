@@ -39,8 +39,8 @@ pub mod module;
 pub mod nvfp4;
 
 pub use api::{
-    Norm, RmsNormSiluOptions, rms_norm_silu, rms_norm_silu_dim, rms_norm_silu_into,
-    rms_norm_silu_with,
+    Capabilities, Norm, RmsNormSiluOptions, capabilities, rms_norm_silu, rms_norm_silu_dim,
+    rms_norm_silu_into, rms_norm_silu_with,
 };
 pub use attention::{AttentionBackend, single_head_attention};
 pub use backend::RmsNormSiluBackend;

@@ -281,6 +281,43 @@ fn fp8_scale_must_be_positive() {
     let _ = burn_rmsnorm_silu::rms_norm_silu_fp8(x, gamma, 1e-6, 0.0);
 }
 
+/// The capability query answers before the call that would panic: CubeCL devices (the test
+/// device, raw or under autodiff) have the fused kernels and both quantised outputs; Flex and
+/// NdArray have neither.
+#[test]
+#[allow(deprecated)] // NdArray is deprecated in Burn but still supported here
+fn capabilities_say_which_devices_quantise() {
+    use burn_rmsnorm_silu::{Capabilities, capabilities};
+    let all = Capabilities {
+        fused: true,
+        fp8: true,
+        nvfp4: true,
+    };
+    let none = Capabilities {
+        fused: false,
+        fp8: false,
+        nvfp4: false,
+    };
+    assert_eq!(capabilities(&device()), all, "{:?}", device());
+    assert_eq!(
+        capabilities(&device().autodiff()),
+        all,
+        "autodiff of {:?}",
+        device()
+    );
+    assert_eq!(capabilities(&burn::tensor::Device::flex()), none, "Flex");
+    assert_eq!(
+        capabilities(&burn::tensor::Device::flex().autodiff()),
+        none,
+        "autodiff Flex"
+    );
+    assert_eq!(
+        capabilities(&burn::tensor::Device::ndarray()),
+        none,
+        "NdArray"
+    );
+}
+
 #[test]
 #[should_panic(expected = "FP8 output needs a CubeCL backend")]
 fn fp8_on_a_backend_without_the_kernel_is_refused() {
