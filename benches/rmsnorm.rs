@@ -1465,7 +1465,6 @@ fn fp4_candidates(
                 },
                 fast_math: true,
                 max_cubes: None,
-                prefetch: false,
                 raw_cache: false,
                 gamma_shared: false,
             });
@@ -1493,7 +1492,6 @@ fn fp4_candidates(
                 lane_reduce: LaneReduce::Plane,
                 fast_math: true,
                 max_cubes: None,
-                prefetch: false,
                 raw_cache: false,
                 gamma_shared: false,
             });
@@ -1577,24 +1575,17 @@ fn quant(timer: &mut Timer, args: &Args) {
                 .unwrap_or(132);
             for (layout, _) in layouts.into_iter().take(2) {
                 let cached = layout.caches_row(c);
-                for prefetch in [false, true] {
-                    if prefetch && !cached {
-                        continue;
-                    }
-                    for per_sm in [1u32, 2, 4, 8] {
-                        let k = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
-                            max_cubes: Some(sms * per_sm),
-                            prefetch,
-                            ..layout
-                        };
-                        let time = run(&k, 15);
-                        if time < best.1 {
-                            best = (k, time);
-                        }
+                for per_sm in [1u32, 2, 4, 8] {
+                    let k = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                        max_cubes: Some(sms * per_sm),
+                        ..layout
+                    };
+                    let time = run(&k, 15);
+                    if time < best.1 {
+                        best = (k, time);
                     }
                 }
-                // Two rows per unit (the cube keeps its size): one grid or a persistent one,
-                // with prefetch there where the row fits the register cache.
+                // Two rows per unit (the cube keeps its size): one grid or a persistent one.
                 if layout.rows_per_cube >= 2 {
                     let two = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
                         rows_per_cube: layout.rows_per_cube / 2,
@@ -1603,13 +1594,10 @@ fn quant(timer: &mut Timer, args: &Args) {
                     };
                     let mut variants = vec![two];
                     for per_sm in [2u32, 4] {
-                        for prefetch in [false, cached] {
-                            variants.push(burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
-                                max_cubes: Some(sms * per_sm),
-                                prefetch,
-                                ..two
-                            });
-                        }
+                        variants.push(burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
+                            max_cubes: Some(sms * per_sm),
+                            ..two
+                        });
                     }
                     variants.dedup();
                     for k in variants {
@@ -1621,7 +1609,7 @@ fn quant(timer: &mut Timer, args: &Args) {
                 }
                 // The raw register cache (x kept as loaded, widened at each use: fewer
                 // registers, one more instruction per element), on the layout's own grid and
-                // on a persistent one with and without prefetch.
+                // on a persistent one.
                 if cached {
                     let raw = burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
                         raw_cache: true,
@@ -1631,11 +1619,6 @@ fn quant(timer: &mut Timer, args: &Args) {
                         raw,
                         burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
                             max_cubes: Some(sms * 4),
-                            ..raw
-                        },
-                        burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs {
-                            max_cubes: Some(sms * 4),
-                            prefetch: true,
                             ..raw
                         },
                     ] {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated CUDA C++ of a fixed set of kernel configurations (row kernel with bf16 and FP8
 # out, NVFP4, channels-first forward and backward, row backward), written to DIR with cubecl's
-# variable numbers renamed in order of appearance (cubecl numbers some shared-memory arrays
+# variable numbers (also inside names such as `info_v12`) renamed in order of appearance (cubecl numbers some shared-memory arrays
 # differently from run to run). For refactors: run it before and after, then `diff -r`; equal
 # files mean the kernels did not change. No GPU needed.
 #   scripts/cuda-sources.sh /tmp/before   # ...change...   scripts/cuda-sources.sh /tmp/after
@@ -20,7 +20,7 @@ import re, sys
 names = {}
 def rename(m):
     return names.setdefault(m.group(0), "V%d" % len(names))
-src = re.sub(r"\bv\d+\b", rename, sys.stdin.read())
+src = re.sub(r"(?:(?<=_)|(?<![A-Za-z0-9]))v\d+", rename, sys.stdin.read())
 sys.stdout.write(re.sub(r"_[0-9a-f]{8}\(", "_HASH(", src))' > "$out/$i.cu"
     echo "$i: $args"
 done <<'LIST'

@@ -180,7 +180,6 @@ fn nvfp4(args: &[String]) {
         fast_math: knobs.fast_math,
         recipe: Fp4Recipe::TransformerEngine,
         layout: ScaleLayout::RowMajor,
-        prefetch: knobs.prefetch && cached,
         // As `launch_forward_nvfp4` sets them for bf16 on a CUDA device.
         // A full grid (`m-`) has one row group per cube.
         gamma_registers: knobs.gamma_in_registers(channels, knobs.max_cubes.is_none()),

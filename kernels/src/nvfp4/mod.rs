@@ -92,8 +92,6 @@ pub struct Fp4Config {
     pub fast_math: bool,
     pub recipe: Fp4Recipe,
     pub layout: ScaleLayout,
-    /// [`Fp4Knobs::prefetch`] (only with `blocks_per_lane > 0`).
-    pub prefetch: bool,
     /// Gamma held in registers as f32 for every row a lane handles: with the register cache,
     /// up to [`GAMMA_REGISTER_BLOCKS`] blocks per lane, and only on a persistent grid (one
     /// row group per cube gains nothing from it but the registers it costs).
@@ -106,7 +104,7 @@ pub struct Fp4Config {
     /// [`crate::RowConfig::plane_width`] for the lane sums (set at launch).
     pub plane_width: u32,
     /// Set at launch for one row group per cube (a full grid) with up to
-    /// [`GAMMA_AFTER_X_BLOCKS`] cached blocks per lane and no prefetch
+    /// [`GAMMA_AFTER_X_BLOCKS`] cached blocks per lane
     /// ([`Fp4Knobs::loads_gamma_after_x`]): gamma goes into registers (`gamma_registers`), loaded
     /// right after the group's x, in the loop that then runs once. Read per block at its use,
     /// gamma's loads waited for the row's sum (one more memory round trip per cube, after the
@@ -127,7 +125,7 @@ pub struct Fp4Config {
     pub pair_encoder: bool,
     /// [`Fp4Knobs::gamma_shared`]: gamma as f32 in shared memory, filled once per cube.
     pub gamma_shared: bool,
-    /// With `gamma_shared` on a grid of one row group per cube (no prefetch): the cube fills
+    /// With `gamma_shared` on a grid of one row group per cube: the cube fills
     /// gamma's shared copy right after issuing its x loads (inside the loop, which then runs
     /// once), so that gamma's load and conversion wait beside x's instead of before them.
     pub gamma_shared_after_x: bool,
@@ -427,51 +425,12 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     if comptime![gamma_regs && !cfg.gamma_after_x] {
         load_lane_gamma::<G, N, W>(gamma, gamma_words, &mut g_regs, lane, blocks, cfg);
     }
-    // The raw x of this step's rows (`xr`: prefetch's current step, or the raw cache) and, with
-    // prefetch, of the next step's (`xn`), loaded one grid-stride step ahead.
-    let raw_len = comptime![if cfg.prefetch { rpu * row_cache } else { 1 }];
-    let mut xr = Array::<Vector<E, N>>::new(comptime![if cfg.prefetch || raw {
-        rpu * row_cache
-    } else {
-        1
-    }]);
-    let mut xn = Array::<Vector<E, N>>::new(raw_len);
-    if comptime![cfg.prefetch] {
-        #[unroll]
-        for u in 0..rpu {
-            let first = group * step_rows + y + u * rows_per_cube;
-            load_lane_blocks::<E, N>(
-                x,
-                first * x_row_stride,
-                &mut xr,
-                u * row_cache,
-                lane,
-                blocks,
-                first < rows_here,
-                cfg,
-            );
-        }
-    }
+    // The raw x of this step's rows (the raw cache).
+    let mut xr = Array::<Vector<E, N>>::new(comptime![if raw { rpu * row_cache } else { 1 }]);
 
     while group < groups {
         let step_first_row = group * step_rows;
-        if comptime![cfg.prefetch] {
-            #[unroll]
-            for u in 0..rpu {
-                let next = (group + CUBE_COUNT_X as usize) * step_rows + y + u * rows_per_cube;
-                load_lane_blocks::<E, N>(
-                    x,
-                    next * x_row_stride,
-                    &mut xn,
-                    u * row_cache,
-                    lane,
-                    blocks,
-                    next < rows_here,
-                    cfg,
-                );
-            }
-        }
-        if comptime![bpl > 0 && !cfg.prefetch] {
+        if comptime![bpl > 0] {
             // The step's cached blocks: every load first, none under a condition (a row past
             // the end or a block past the row reads the last one; pass 1 skips them). Loaded
             // inside the row's `if`, with its squares right after it, each block waited for the
@@ -523,9 +482,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                             if comptime![raw] {
                                 f = widen::<E, N, W>(xr[k], cfg.x_words);
                             } else {
-                                if comptime![cfg.prefetch] {
-                                    xf[k] = Vector::<f32, N>::cast_from(xr[k]);
-                                }
                                 f = xf[k];
                             }
                             acc += f * f;
@@ -719,12 +675,6 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
                 }
             }
         }
-        if comptime![cfg.prefetch] {
-            #[unroll]
-            for k in 0..raw_len {
-                xr[k] = xn[k];
-            }
-        }
         if comptime![cfg.gamma_after_x || cfg.gamma_shared_after_x] {
             // One group per cube: the loop ends here, as the compilers can see.
             group = groups;
@@ -752,34 +702,6 @@ fn fill_gamma_shared<G: Float, N: Size, W: Size>(
         j += units;
     }
     sync_cube();
-}
-
-/// The lane's cached blocks `lane, lane + lanes, ...` of the row at `base` into
-/// `xr[first..]` (raw), when `valid`; a lane's blocks past the row's end are left alone.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn load_lane_blocks<E: Float, N: Size>(
-    x: &[Vector<E, N>],
-    base: usize,
-    xr: &mut Array<Vector<E, N>>,
-    first: usize,
-    lane: usize,
-    blocks: usize,
-    valid: bool,
-    #[comptime] cfg: Fp4Config,
-) {
-    let per_block = comptime![BLOCK / cfg.vector_size];
-    let lanes = comptime![cfg.lanes_per_row as usize];
-    #[unroll]
-    for i in 0..cfg.blocks_per_lane {
-        let b = lane + i * lanes;
-        if valid && b < blocks {
-            #[unroll]
-            for h in 0..per_block {
-                xr[first + i * per_block + h] = x[base + b * per_block + h];
-            }
-        }
-    }
 }
 
 /// Writes 0 to every padding byte of a swizzled scale buffer (rows `>= rows` of the last
@@ -906,13 +828,6 @@ pub fn launch_forward_nvfp4(
         return bad("fast_math needs a CUDA device".into());
     }
     let cached = knobs.caches_row(channels);
-    if knobs.prefetch && !cached {
-        return bad(format!(
-            "prefetch (`.pf`) loads into the register cache: {lanes} lanes x {} blocks per lane \
-             do not hold the {blocks} blocks of a row",
-            knobs.blocks_per_lane
-        ));
-    }
     if knobs.gamma_shared && !cached {
         return bad(format!(
             "gamma in shared memory (`.gs`) needs the register cache: {lanes} lanes x {} blocks \
@@ -963,7 +878,6 @@ pub fn launch_forward_nvfp4(
         fast_math,
         recipe: target.recipe,
         layout: target.layout,
-        prefetch: knobs.prefetch,
         gamma_registers: knobs.gamma_in_registers(channels, one_group_per_cube),
         x_words: words && x_type == bf16,
         gamma_words: words && gamma_type == bf16,

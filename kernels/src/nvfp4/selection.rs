@@ -29,15 +29,10 @@ pub struct Fp4Knobs {
     pub fast_math: bool,
     /// Cap on the number of cubes (persistent grid); `None`: one cube per row group.
     pub max_cubes: Option<u32>,
-    /// Load the next row group's x (this cube's next step of the grid stride) before the current
-    /// one is computed, so that the loads wait behind arithmetic instead of in front of it.
-    /// Needs the register cache (`blocks_per_lane` covering the row); pays with a persistent
-    /// grid (`max_cubes`), where a cube walks several row groups.
-    pub prefetch: bool,
     /// Keep the register cache as the input's raw vectors (bf16: half the registers of f32)
     /// and widen each value where it is used (once for its square, once for `y`): one more
     /// integer instruction per element for fewer registers, which pays where the f32 cache
-    /// holds occupancy down (several blocks per lane, a prefetch buffer). Only with the
+    /// holds occupancy down (several blocks per lane). Only with the
     /// register cache (`blocks_per_lane` covering the row).
     pub raw_cache: bool,
     /// Gamma widened to f32 once per cube into shared memory (each unit reads its blocks'
@@ -68,9 +63,6 @@ impl core::fmt::Display for Fp4Knobs {
         }
         if self.fast_math {
             write!(f, ".fast")?;
-        }
-        if self.prefetch {
-            write!(f, ".pf")?;
         }
         if self.raw_cache {
             write!(f, ".raw")?;
@@ -103,7 +95,6 @@ impl Fp4Knobs {
     /// loads gamma into registers right after x ([`Fp4Config::gamma_after_x`]).
     pub fn loads_gamma_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
         one_group_per_cube
-            && !self.prefetch
             && !self.gamma_shared
             && self.caches_row(channels)
             && self.blocks_per_lane <= GAMMA_AFTER_X_BLOCKS
@@ -112,7 +103,7 @@ impl Fp4Knobs {
     /// Whether a launch of these knobs whose cubes each have one row group (`one_group_per_cube`)
     /// fills gamma's shared copy right after the x loads ([`Fp4Config::gamma_shared_after_x`]).
     pub fn fills_gamma_shared_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
-        self.gamma_shared && one_group_per_cube && !self.prefetch && self.caches_row(channels)
+        self.gamma_shared && one_group_per_cube && self.caches_row(channels)
     }
 
     /// Whether a launch of these knobs keeps gamma in registers
@@ -123,12 +114,12 @@ impl Fp4Knobs {
             || self.loads_gamma_after_x(channels, one_group_per_cube)
     }
 
-    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.pf.raw.gs`).
+    /// Parses the form written by `Display` (`v8.l4.r32.b1.plane.m-.u2.fast.raw.gs`).
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "NVFP4 knobs `{text}`: expected v<vector>.l<lanes>.r<rows>.b<blocks per lane>.\
-                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.pf][.raw][.gs]"
+                 <plane|shared>.m<max cubes|->[.u<rows per unit>][.fast][.raw][.gs]"
             )
         };
         let parts: Vec<&str> = text.trim().split('.').collect();
@@ -138,10 +129,6 @@ impl Fp4Knobs {
         };
         let (fields, raw_cache) = match fields {
             [fields @ .., "raw"] => (fields, true),
-            fields => (fields, false),
-        };
-        let (fields, prefetch) = match fields {
-            [fields @ .., "pf"] => (fields, true),
             fields => (fields, false),
         };
         let (fields, fast_math) = match fields {
@@ -178,7 +165,6 @@ impl Fp4Knobs {
                 "m-" => None,
                 m => Some(num(m, 'm')? as u32),
             },
-            prefetch,
             raw_cache,
             gamma_shared,
         })
@@ -275,7 +261,6 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             lane_reduce: LaneReduce::Shared,
             fast_math,
             max_cubes: None,
-            prefetch: false,
             raw_cache: false,
             gamma_shared: false,
         };
@@ -293,7 +278,6 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
             lane_reduce: LaneReduce::Plane,
             fast_math,
             max_cubes: None,
-            prefetch: false,
             raw_cache: false,
             gamma_shared: false,
         };
@@ -315,7 +299,6 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
         lane_reduce,
         fast_math,
         max_cubes: None,
-        prefetch: false,
         raw_cache: false,
         gamma_shared: false,
     }
