@@ -104,13 +104,17 @@ for step in "${steps[@]}"; do
         wanprobe) # Where the decode's time goes, without diffusers: the full-size decoder with
              # random weights on a random 480p latent of WAN_FRAMES (default 21) latent frames,
              # the assembly timed both ways (--probe-assembly), cubecl's memory events in
-             # wanprobe-memory.log, peak memory from nvidia-smi.
+             # wanprobe-memory.log, peak memory from nvidia-smi; then the same with --lazy.
              cp gpu/cubecl.toml gpu/cubecl.toml.plain
              printf '\n[memory.logger]\nfile = "%s"\nlevel = "basic"\n' "$out/wanprobe-memory.log" >> gpu/cubecl.toml
              nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wanprobe-mem.txt" 2>/dev/null & smi=$!
              (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
                  --dtype bf16 --device cuda --no-write --no-check --probe-assembly) > "$out/wanprobe.log" 2>&1
              kill $smi 2>/dev/null; mv gpu/cubecl.toml.plain gpu/cubecl.toml
+             # The same without the synchronisation around each call (--lazy), for comparison.
+             (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
+                 --dtype bf16 --device cuda --no-write --no-check --no-profile --lazy) > "$out/wanprobe-lazy.log" 2>&1
+             grep -E "^decode|after the last" "$out/wanprobe-lazy.log"
              echo "peak $(sort -n "$out/wanprobe-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wanprobe.log"
              grep -v "^latent frame" "$out/wanprobe.log" | cut -c1-400 ;;
         wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side

@@ -28,6 +28,13 @@ pub struct Ctx {
     /// Synchronise the device around every norm, convolution and attention call and add up
     /// their wall times (costs the synchronisations; for the breakdown, not the total).
     pub profile: bool,
+    /// Synchronise the device around every norm, convolution and attention call (on by
+    /// default). Burn's fusion otherwise queues a latent frame's operations until the next
+    /// synchronisation, which was measured slower: the small decoder on the CubeCL CPU runtime
+    /// 2.5 s synchronised against 11.8 s without (2026-12-06), and the full-size decode on an
+    /// H200 1.501 s with a synchronisation around every call against 1.761 s without
+    /// (2026-12-06, commit ad633e4, `results/2026-12-06-h200-wan-decode/wan-21.log`).
+    pub sync_calls: bool,
     pub norm_time: Cell<Duration>,
     pub conv_time: Cell<Duration>,
     pub attention_time: Cell<Duration>,
@@ -43,6 +50,7 @@ impl Ctx {
         Self {
             fused,
             profile,
+            sync_calls: true,
             norm_time: Cell::new(Duration::ZERO),
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
@@ -52,7 +60,13 @@ impl Ctx {
         }
     }
 
-    /// Runs `f`, adding its synchronised wall time to `into` when profiling.
+    /// The same context with `sync_calls` set.
+    pub fn with_sync_calls(self, sync_calls: bool) -> Self {
+        Self { sync_calls, ..self }
+    }
+
+    /// Runs `f` between two device synchronisations (unless `sync_calls` and `profile` are
+    /// both off), adding its wall time to `into` when profiling.
     fn timed<const D: usize>(
         &self,
         into: &Cell<Duration>,
@@ -60,7 +74,13 @@ impl Ctx {
         f: impl FnOnce() -> Tensor<D>,
     ) -> Tensor<D> {
         if !self.profile {
-            return f();
+            if !self.sync_calls {
+                return f();
+            }
+            device.sync().expect("device sync");
+            let y = f();
+            device.sync().expect("device sync");
+            return y;
         }
         device.sync().expect("device sync");
         let start = Instant::now();

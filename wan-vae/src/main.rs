@@ -82,6 +82,10 @@ struct Args {
     /// compiled-in one.
     #[arg(long, value_name = "FILE")]
     conv_table: Option<PathBuf>,
+    /// No device synchronisation around each norm, convolution and attention call (Burn's
+    /// fusion then queues a latent frame's operations; for comparison)
+    #[arg(long)]
+    lazy: bool,
     /// Also time the video's assembly from the decoded chunks twice each way: one
     /// concatenation, and slice assignments into a zero video (before the timed assembly)
     #[arg(long)]
@@ -252,7 +256,7 @@ fn timed_decode(
     ctx: &Ctx,
     show_progress: bool,
     probe: bool,
-) -> (Tensor<5>, Vec<Duration>) {
+) -> (Tensor<5>, DecodeTimes) {
     let latent_frames = z.dims()[2];
     let bar = if show_progress {
         ProgressBar::new(latent_frames as u64)
@@ -309,12 +313,22 @@ fn timed_decode(
     video.device().sync().expect("sync");
     let assembly = start.elapsed();
     bar.finish_and_clear();
-    println!(
-        "after the last frame: {:.2} ms until the device is idle, {:.2} ms assembling the video",
-        after_frames.as_secs_f64() * 1e3,
-        assembly.as_secs_f64() * 1e3
-    );
-    (video, per_frame)
+    let times = DecodeTimes {
+        per_frame,
+        after_frames,
+        assembly,
+    };
+    (video, times)
+}
+
+/// Wall times of one decode with a device sync after every latent frame.
+struct DecodeTimes {
+    /// Each latent frame, from the previous sync to its own.
+    per_frame: Vec<Duration>,
+    /// From the last frame's sync until the device is idle again.
+    after_frames: Duration,
+    /// The video's assembly from the chunks, synchronised.
+    assembly: Duration,
 }
 
 /// max |a - b| / max |b|.
@@ -487,27 +501,29 @@ fn main() {
     // sync around every norm, convolution and attention call for the breakdown.
     let profile = !args.no_profile;
     let warm = Instant::now();
-    let mut first_frame = None;
-    let _ = decoder
-        .decode(z.clone(), &Ctx::new(fused, false), |i, out| {
-            if i == 0 {
-                out.device().sync().expect("sync");
-                first_frame = Some(process_start.elapsed());
-            }
-        })
-        .unwrap_or_else(|e| fail(&e.to_string()))
-        .into_data();
+    // The same calls and synchronisations as the timed decode: Burn's fusion compiles (and
+    // autotunes) a kernel per sequence of operations between two synchronisations, so a
+    // warm-up that synchronises elsewhere leaves kernels for the timed decode to compile.
+    let sync_calls = !args.lazy;
+    let warm_ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
+    let (_, warm_times) = timed_decode(&decoder, z.clone(), &warm_ctx, false, false);
     println!(
         "warm-up decode (compiles the kernels): {:.2} s; first latent frame decoded {:.2} s after \
          the program started",
         warm.elapsed().as_secs_f64(),
-        first_frame.unwrap_or_default().as_secs_f64()
+        (warm.duration_since(process_start) + warm_times.per_frame[0]).as_secs_f64()
     );
 
-    let ctx = Ctx::new(fused, false);
+    let ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
     let start = Instant::now();
-    let (video, per_frame) = timed_decode(&decoder, z.clone(), &ctx, true, args.probe_assembly);
+    let (video, times) = timed_decode(&decoder, z.clone(), &ctx, true, args.probe_assembly);
     let total = start.elapsed();
+    let per_frame = times.per_frame;
+    println!(
+        "after the last frame: {:.2} ms until the device is idle, {:.2} ms assembling the video",
+        times.after_frames.as_secs_f64() * 1e3,
+        times.assembly.as_secs_f64() * 1e3
+    );
     let profiled = Ctx::new(fused, true);
     let profiled_total = if profile {
         let start = Instant::now();
@@ -561,9 +577,14 @@ fn main() {
     };
     println!(
         "decode: {:.3} s for {latent_frames} latent frames ({:.2} ms per frame, {steady_ms:.2} ms \
-         per frame after the first)",
+         per frame after the first; {})",
         total.as_secs_f64(),
         total.as_secs_f64() * 1e3 / latent_frames as f64,
+        if sync_calls {
+            "synchronised around each call"
+        } else {
+            "--lazy: no synchronisation between frames"
+        }
     );
     if profile {
         let share = |d: Duration| 100.0 * d.as_secs_f64() / profiled_total.as_secs_f64();
