@@ -13,7 +13,7 @@ use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
 use burn::tensor::Tensor;
 use burn::tensor::ops::AttentionModuleOptions;
 
-/// Backends that run [`attention`]; the default body is Burn's own `attention`.
+/// Backends that run [`single_head_attention`]; the default body is Burn's own `attention`.
 #[backend_extension(
     Cube: cfg(any(feature = "cuda", feature = "cpu")),
     Fusion,

@@ -70,7 +70,7 @@ pub trait RmsNormSiluBackend: Backend {
     /// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
     /// as a quantised tensor (E4M3 values, per-tensor f32 scale `1 / scale`, so Burn's
     /// `dequantize()` gives `q / scale`). CubeCL backends quantise inside the fused kernel;
-    /// other backends refuse with a clear error (see [`crate::formats::unsupported_fp8`]).
+    /// other backends refuse with a clear error naming the missing path.
     #[fusion(dtype = burn::tensor::DType::QFloat(crate::formats::fp8_scheme()), shape = x)]
     fn rms_norm_silu_fp8(
         x: FloatTensor<Self>,

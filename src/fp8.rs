@@ -32,7 +32,7 @@ pub fn rms_norm_silu_fp8<const D: usize>(
 ///
 /// # Panics
 /// As [`crate::rms_norm_silu_with`], when `scale` is not finite and positive, and on backends
-/// other than CubeCL ones (see [`crate::formats::unsupported_fp8`]).
+/// other than CubeCL ones (ask [`crate::capabilities`] first).
 pub fn rms_norm_silu_fp8_with<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<1>,

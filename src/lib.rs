@@ -16,26 +16,28 @@
 //!   Burn `QFloat` tensors, and [`rms_norm_silu_nvfp4_parts`] for block-scaled GEMMs.
 //! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
 //!
-//! Rooms: [`api`] validates arguments and routes a `Tensor` to the backend extension
-//! ([`backend`]); [`cube`] turns CubeCL tensors into a kernel launch; [`composed`] is the
-//! backend-generic implementation from Burn ops (used by non-CubeCL backends and as the
-//! backward pass); [`autodiff`] registers the backward.
+//! Rooms (private modules, their items re-exported here): `api` validates arguments and routes
+//! a `Tensor` to the backend extension (`backend`, [`RmsNormSiluBackend`]); `cube` turns
+//! CubeCL tensors into a kernel launch; `composed` is the backend-generic implementation from
+//! Burn ops (used by non-CubeCL backends and as the backward pass); `autodiff` registers the
+//! backward; `formats` holds the quantisation schemes. [`fp8`], [`nvfp4`], [`conv`] and
+//! [`attention`] are public for their types.
 
-pub mod api;
+mod api;
 pub mod attention;
-pub mod autodiff;
-pub mod backend;
-pub mod composed;
+mod autodiff;
+mod backend;
+mod composed;
 pub mod conv;
 /// Only with the CubeCL CPU runtime, whose JIT needs the symbol it exports.
 #[cfg(feature = "cpu")]
 #[doc(hidden)]
 pub mod cpu_bf16_shim;
 #[cfg(any(feature = "cuda", feature = "cpu"))]
-pub mod cube;
-pub mod formats;
+mod cube;
+mod formats;
 pub mod fp8;
-pub mod module;
+mod module;
 pub mod nvfp4;
 
 pub use api::{
@@ -48,6 +50,7 @@ pub use conv::{
     ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last,
     conv3d_channels_last_phases, fold_upsample2x_weights,
 };
+pub use formats::{fp8_scheme, nvfp4_scheme};
 pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use nvfp4::{
