@@ -148,7 +148,7 @@ pub(crate) fn activation_grad<N: Size>(
 
 /// The backward row kernel: writes `dx` and one scratch column of `dgamma` partial sums per
 /// cube, stored column-major (`partial[j * CUBE_COUNT + CUBE_POS]`, see
-/// [`rms_norm_reduce_dgamma`]).
+/// [`rms_norm_reduce_dgamma`](fn@rms_norm_reduce_dgamma)).
 #[allow(clippy::too_many_arguments)]
 // `if comptime![..] { if runtime { .. } }` stays nested (expansion time, then run time).
 #[allow(clippy::collapsible_if)]

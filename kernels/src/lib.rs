@@ -21,7 +21,7 @@
 //! - [`backward`]: the fused backward (dx, and dgamma reduced deterministically);
 //! - [`channels`]: the channels-first kernel (normalise over C at stride S);
 //! - [`rescue`]: how rows whose fp32 sum of squares overflows or underflows are summed again;
-//! - [`reference`]: an f64 host reference of the same function, for tests and demos;
+//! - [`reference`](mod@reference): an f64 host reference of the same function, for tests and demos;
 //! - [`nvfp4`]: the NVFP4 row kernel (E2M1 values, E4M3 block scales, two recipes, two scale
 //!   layouts);
 //! - [`tickets`]: ticket counters for persistent grids that draw their work in order;

@@ -9,7 +9,7 @@
 //! element of a kernel that is already compute-bound on an H200. Instead the kernels keep the
 //! plain sum and check the row total once: only a row whose total is `+inf`, or below
 //! [`UNDERFLOW_SUM`] while `max(eps, floor) < SMALL_EPS`, is summed a second time with its
-//! values multiplied by a power of two ([`prescale`]), which is exact. With `x' = p * x`:
+//! values multiplied by a power of two ([`prescale`](fn@prescale)), which is exact. With `x' = p * x`:
 //! `y = act(x' * rsqrt(max(mean(x'^2) + eps p^2, floor p^2)) * gamma)`, the same value.
 //!
 //! Rows that contain `inf` also total `+inf`; the rescue leaves them as they were (their
@@ -53,7 +53,7 @@ pub fn prescale(total: f32, active: bool, small_eps: bool) -> f32 {
     select(active, p, 1.0f32)
 }
 
-/// [`prescale`] for each of the `N` independent totals of a vector (the channels kernel keeps
+/// [`prescale`](fn@prescale) for each of the `N` independent totals of a vector (the channels kernel keeps
 /// one per position).
 #[cube]
 pub fn prescale_vector<N: Size>(total: Vector<f32, N>, small_eps: bool) -> Vector<f32, N> {

@@ -200,7 +200,7 @@ fn copy_ticketed<N: Size>(
 
 /// How [`Timer::copy_shaped`] copies: `per_unit` vectors per unit and tile, `cube_dim` units a
 /// cube, `cubes_per_sm` cubes per SM on a persistent grid (0: one cube per tile), the tiles
-/// drawn from a ticket counter (`ticketed`, [`copy_ticketed`]) or walked with a grid stride.
+/// drawn from a ticket counter (`ticketed`, `copy_ticketed`) or walked with a grid stride.
 #[derive(Clone, Copy, Debug)]
 pub struct CopyShape {
     pub per_unit: usize,
@@ -281,13 +281,13 @@ impl Timer {
         self.launch_copy(src, dst, bytes, false);
     }
 
-    /// [`Timer::copy`] with four vectors per unit and step ([`copy_vectors_x4`]).
+    /// [`Timer::copy`] with four vectors per unit and step (`copy_vectors_x4`).
     pub fn copy_unrolled(&self, src: &Handle, dst: &Handle, bytes: usize) {
         self.launch_copy(src, dst, bytes, true);
     }
 
     /// Reads `read_bytes` (a multiple of 16) from `src` and writes `write_num / write_den` of
-    /// that many bytes to `dst` ([`copy_read_heavy`], one 16-byte vector per unit on a full
+    /// that many bytes to `dst` (`copy_read_heavy`, one 16-byte vector per unit on a full
     /// grid): the roof of an output that is smaller than its input, read and written bytes
     /// each as the kernel moves them. Writes `read_bytes / 16 * write_num / write_den` vectors.
     pub fn copy_read_heavy(
@@ -326,7 +326,7 @@ impl Timer {
     }
 
     /// Reads `read_bytes` (a multiple of 32) from `src` and writes the XOR of its two halves
-    /// (`read_bytes / 2` bytes) to `dst` ([`copy_two_to_one`]: two 16-byte loads and one store
+    /// (`read_bytes / 2` bytes) to `dst` (`copy_two_to_one`: two 16-byte loads and one store
     /// per unit on a full grid).
     pub fn copy_two_to_one(&self, src: &Handle, dst: &Handle, read_bytes: usize) {
         assert!(
@@ -351,7 +351,7 @@ impl Timer {
         }
     }
 
-    /// Copies `bytes` bytes (a multiple of 16) as `shape` says ([`copy_tiles`]).
+    /// Copies `bytes` bytes (a multiple of 16) as `shape` says (`copy_tiles`).
     pub fn copy_shaped(&self, src: &Handle, dst: &Handle, bytes: usize, shape: CopyShape) {
         let len = bytes / 16;
         let tiles = len

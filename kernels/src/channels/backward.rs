@@ -67,7 +67,7 @@ fn dg_round_channels(cfg: ChannelsConfig) -> usize {
 /// unit's channels of x and dy in registers, two channel-group sums per tile (sum of squares,
 /// then `sum_c du gamma xhat`), `dx = r (du gamma - xhat mean_C(du gamma xhat))` (`r du gamma`
 /// where the floor clamps), and per-cube `dgamma` partials, column-major in vectors of
-/// `dgamma_vector` channels as [`crate::backward::rms_norm_reduce_dgamma`] reads them
+/// `dgamma_vector` channels as [`crate::backward::rms_norm_reduce_dgamma`](fn@crate::backward::rms_norm_reduce_dgamma) reads them
 /// (channel `c` at `((c / dgamma_vector) * CUBE_COUNT + CUBE_POS) * dgamma_vector + c %
 /// dgamma_vector`): each
 /// unit adds its positions' `du xhat` in registers, the position units of a cube meet in a
@@ -305,7 +305,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
     }
 }
 
-/// The channels-first backward's launch shape: [`tiled_channels_config`] with every channel of
+/// The channels-first backward's launch shape: `tiled_channels_config` with every channel of
 /// a unit in registers; `None` when C is wider than that (the caller falls back to composed
 /// ops).
 ///
@@ -316,7 +316,7 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
 /// `[1, 96, 4, 480, 832]` `p8.g16.k6.v8.pf` 339 -> 265 us (1.13x the copy of its 6 bytes per
 /// element), `[1, 192, 4, 240, 416]` `p8.g16.k12.v4.pf` 193 -> 170 us (1.40x),
 /// `[1, 384, 1, 60, 104]` `p8.g32.k12.v4.pf` 23.0 -> 21.8 us. Narrow shapes (about one tile
-/// per cube, [`ChannelsLimits::narrow`]) take the same cache without prefetch and down to 4
+/// per cube, `ChannelsLimits::narrow`) take the same cache without prefetch and down to 4
 /// position units per cube (`[1, 384, 1, 60, 104]` `p4.g32.k12.v4` 17.7 us
 /// against 19.4 us with prefetch, the sweep's best; 14.3 us once it ran as one tile per cube,
 /// 2026-12-03). Without prefetch (2-byte inputs

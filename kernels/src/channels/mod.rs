@@ -12,8 +12,8 @@
 //! (Channels-last memory presented as `[B, C, ...]` through strides is served by the row
 //! kernel in `crate::forward` without this kernel.)
 //!
-//! Here: the problem and the comptime shape, what the forward ([`forward`]) and the backward
-//! ([`backward`]) kernels share (the tile walk, gamma's loads, the channel groups' sums, the
+//! Here: the problem and the comptime shape, what the forward (`forward`) and the backward
+//! (`backward`) kernels share (the tile walk, gamma's loads, the channel groups' sums, the
 //! launch limits and shapes).
 
 use cubecl::prelude::*;

@@ -31,7 +31,7 @@ pub fn e2m1_code(v: f32) -> u32 {
 }
 
 /// Magnitudes below this round to at most 6 (the midpoint between 6 and the next binade's
-/// first step, 8): where the packed encoder ([`e2m1_magnitude_bits`]) needs no saturation.
+/// first step, 8): where the packed encoder ([`e2m1_magnitude_bits`](fn@e2m1_magnitude_bits)) needs no saturation.
 pub const E2M1_UNSATURATED_BELOW: f32 = 7.0;
 
 /// The E2M1 magnitude code of `v = w / 2` for `|w| < 2 *` [`E2M1_UNSATURATED_BELOW`] (so not
@@ -142,9 +142,9 @@ fn ptx_funnel_left_4(lo: u32, hi: u32) -> u32 {
     out
 }
 
-/// [`e2m1_code`] of `v` with `|v| <` [`E2M1_UNSATURATED_BELOW`] by the packed encoder's steps
-/// ([`e2m1_magnitude_bits`] of `2 v`, the sign from `v`'s bits), one value at a time (for the
-/// codec probe; the kernel assembles whole words, see [`pack_codes`]).
+/// [`e2m1_code`](fn@e2m1_code) of `v` with `|v| <` [`E2M1_UNSATURATED_BELOW`] by the packed encoder's steps
+/// ([`e2m1_magnitude_bits`](fn@e2m1_magnitude_bits) of `2 v`, the sign from `v`'s bits), one value at a time (for the
+/// codec probe; the kernel assembles whole words, see `pack_codes`).
 #[cube]
 pub fn e2m1_unsaturated_code(v: f32) -> u32 {
     let magnitude = e2m1_magnitude_bits(v * 2.0f32, false) & 7u32;
@@ -303,7 +303,7 @@ pub fn packed_word(
     word
 }
 
-/// Whether the device runs the pair encoder ([`packed_word`]'s `pairs`): the PTX math on
+/// Whether the device runs the pair encoder ([`packed_word`](fn@packed_word)'s `pairs`): the PTX math on
 /// sm_90+ (its 16-bit integer `min`/`max` need sm_90; ptxas refuses them for sm_80).
 pub fn has_pair_encoder(client: &Client) -> bool {
     has_ptx_math(client) && device_sm(client).is_some_and(|sm| sm >= 90)

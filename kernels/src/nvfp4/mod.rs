@@ -4,7 +4,7 @@
 //!
 //! Mapping: a lane owns whole blocks of 16 (blocks `l, l + lanes, ...` of its row), so a block's
 //! amax, scale and codes need no communication; only the row's sum of squares is shared between
-//! the lanes of a row (the forward kernel's [`lane_sums`], with its overflow/underflow rescue).
+//! the lanes of a row (the forward kernel's `lane_sums`, with its overflow/underflow rescue).
 //! Rows whose blocks fit the comptime register budget (`blocks_per_lane`) read `x` once, kept in
 //! registers as f32 or, with the raw cache ([`Fp4Knobs::raw_cache`]), as loaded; longer rows are
 //! read twice (the second time mostly from L2).
@@ -93,7 +93,7 @@ pub struct Fp4Config {
     pub recipe: Fp4Recipe,
     pub layout: ScaleLayout,
     /// Gamma held in registers as f32 for every row a lane handles: with the register cache,
-    /// up to [`GAMMA_REGISTER_BLOCKS`] blocks per lane, and only on a persistent grid (one
+    /// up to `GAMMA_REGISTER_BLOCKS` blocks per lane, and only on a persistent grid (one
     /// row group per cube gains nothing from it but the registers it costs).
     pub gamma_registers: bool,
     /// `x` is bf16 and read through its 32-bit word view (`w << 16`, `w & 0xffff0000` are the
@@ -101,10 +101,10 @@ pub struct Fp4Config {
     pub x_words: bool,
     /// The same for a bf16 `gamma`.
     pub gamma_words: bool,
-    /// [`crate::RowConfig::plane_width`] for the lane sums (set at launch).
+    /// `crate::RowConfig::plane_width` for the lane sums (set at launch).
     pub plane_width: u32,
     /// Set at launch for one row group per cube (a full grid) with up to
-    /// [`GAMMA_AFTER_X_BLOCKS`] cached blocks per lane
+    /// `GAMMA_AFTER_X_BLOCKS` cached blocks per lane
     /// ([`Fp4Knobs::loads_gamma_after_x`]): gamma goes into registers (`gamma_registers`), loaded
     /// right after the group's x, in the loop that then runs once. Read per block at its use,
     /// gamma's loads waited for the row's sum (one more memory round trip per cube, after the
@@ -120,7 +120,7 @@ pub struct Fp4Config {
     /// without the range check and slow-path call around it (six instructions per block fewer).
     pub moderate_global_scale: bool,
     /// Set at launch with the PTX math on sm_90+: the packed encoder rounds two values per
-    /// instruction on bf16 pairs ([`encode`]'s `pack_codes_pairs`; its 16-bit integer min/max
+    /// instruction on bf16 pairs (`encode`'s `pack_codes_pairs`; its 16-bit integer min/max
     /// need sm_90).
     pub pair_encoder: bool,
     /// [`Fp4Knobs::gamma_shared`]: gamma as f32 in shared memory, filled once per cube.
@@ -348,7 +348,7 @@ fn write_streamed_row<E: Float, G: Float, S: Float, N: Size, W: Size>(
 
 /// The NVFP4 kernel. `x` and `gamma` are vectors of `N` elements (`16 % N == 0`); `codes` holds
 /// one pair of words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
-/// `scales` one `S` (E4M3) per block at [`scale_offset`].
+/// `scales` one `S` (E4M3) per block at `scale_offset`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
@@ -945,8 +945,8 @@ pub fn launch_forward_nvfp4(
 }
 
 /// The kernel's E2M1 encoder and the E4M3 scale cast applied to `values` (for tests of the
-/// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`]`(values[i])`,
-/// `codes[len + i]` = [`e2m1_unsaturated_code`] (the packed encoder's steps),
+/// codecs themselves, independent of the norm): `codes[i]` = [`e2m1_code`](fn@e2m1_code)`(values[i])`,
+/// `codes[len + i]` = [`e2m1_unsaturated_code`](fn@e2m1_unsaturated_code) (the packed encoder's steps),
 /// `codes[2 len + i]` = the kernel's packed word of `values[i..i + 8]` (indices modulo `len`;
 /// the pair encoder where `pairs`, else the fp32 one), `scales[i]` = the E4M3 byte of
 /// `values[i]` clamped to ±448.
@@ -973,7 +973,7 @@ pub fn rms_norm_nvfp4_codec_probe<S: Float>(
     }
 }
 
-/// Runs [`rms_norm_nvfp4_codec_probe`] on `len` f32 `values`; `codes` gets `3 len` u32 (the
+/// Runs [`rms_norm_nvfp4_codec_probe`](fn@rms_norm_nvfp4_codec_probe) on `len` f32 `values`; `codes` gets `3 len` u32 (the
 /// exact encoder's, the unsaturated encoder's and the packed words', meaningful for
 /// `|v| < 7`) and `scales` `len` bytes. The packed words come from the encoder the NVFP4
 /// kernel uses on this device with the PTX math (the pair encoder on sm_90+).

@@ -13,7 +13,7 @@ pub struct Fp4Knobs {
     /// Elements per load (divides 16).
     pub vector_size: usize,
     /// Units per row: a power of two, or any count up to a plane (rows then packed side by
-    /// side into planes, see [`Fp4Config::packs_rows`]) or, with the shared-memory reduction,
+    /// side into planes, see `Fp4Config::packs_rows`) or, with the shared-memory reduction,
     /// any count up to a plane's width and multiples of it.
     pub lanes_per_row: u32,
     /// Rows per cube.
@@ -83,7 +83,7 @@ impl Fp4Knobs {
     }
 
     /// Whether the kernel keeps gamma in registers for rows of `channels` elements (see
-    /// [`Fp4Config::gamma_registers`]).
+    /// `Fp4Config::gamma_registers`).
     pub fn holds_gamma_in_registers(&self, channels: usize) -> bool {
         self.caches_row(channels)
             && !self.gamma_shared
@@ -92,7 +92,7 @@ impl Fp4Knobs {
     }
 
     /// Whether a launch of these knobs whose cubes each have one row group (`one_group_per_cube`)
-    /// loads gamma into registers right after x ([`Fp4Config::gamma_after_x`]).
+    /// loads gamma into registers right after x (`Fp4Config::gamma_after_x`).
     pub fn loads_gamma_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
         one_group_per_cube
             && !self.gamma_shared
@@ -101,13 +101,13 @@ impl Fp4Knobs {
     }
 
     /// Whether a launch of these knobs whose cubes each have one row group (`one_group_per_cube`)
-    /// fills gamma's shared copy right after the x loads ([`Fp4Config::gamma_shared_after_x`]).
+    /// fills gamma's shared copy right after the x loads (`Fp4Config::gamma_shared_after_x`).
     pub fn fills_gamma_shared_after_x(&self, channels: usize, one_group_per_cube: bool) -> bool {
         self.gamma_shared && one_group_per_cube && self.caches_row(channels)
     }
 
     /// Whether a launch of these knobs keeps gamma in registers
-    /// ([`Fp4Config::gamma_registers`]): a persistent grid's small cache, or gamma loaded with x
+    /// (`Fp4Config::gamma_registers`): a persistent grid's small cache, or gamma loaded with x
     /// on a grid of one row group per cube.
     pub fn gamma_in_registers(&self, channels: usize, one_group_per_cube: bool) -> bool {
         self.holds_gamma_in_registers(channels)
@@ -304,7 +304,7 @@ pub fn heuristic_fp4_knobs(client: &Client, channels: usize, elem_size: usize) -
     }
 }
 
-/// The lane count of a packed layout ([`Fp4Config::packs_rows`]) for rows of `blocks` blocks on
+/// The lane count of a packed layout (`Fp4Config::packs_rows`) for rows of `blocks` blocks on
 /// planes of `plane` units, where one exists that fits the row exactly with one or two blocks
 /// per lane (the fewest), packs at least two rows per plane and leaves at most 2 units of it
 /// idle: 3, 5, 6, 10 lanes on planes of 32 (C = 48, 80, 96, 160, 192, 320, ...). Power-of-two
