@@ -73,20 +73,16 @@ impl Ctx {
         device: &Device,
         f: impl FnOnce() -> Tensor<D>,
     ) -> Tensor<D> {
-        if !self.profile {
-            if !self.sync_calls {
-                return f();
-            }
-            device.sync().expect("device sync");
-            let y = f();
-            device.sync().expect("device sync");
-            return y;
+        if !self.profile && !self.sync_calls {
+            return f();
         }
         device.sync().expect("device sync");
         let start = Instant::now();
         let y = f();
         device.sync().expect("device sync");
-        into.set(into.get() + start.elapsed());
+        if self.profile {
+            into.set(into.get() + start.elapsed());
+        }
         y
     }
 }
@@ -404,8 +400,8 @@ impl FrameCache {
         let (input, front) = match previous {
             Some(previous) => {
                 let [b, t, h, w, c] = x.dims();
-                let have = previous.dims()[1].min(conv.context);
                 let pt = previous.dims()[1];
+                let have = pt.min(conv.context);
                 let device = x.device();
                 let buffer = ctx.timed(&ctx.join_time, &device, || {
                     Tensor::empty([b, have + t, h, w, c], (&device, x.dtype()))

@@ -588,26 +588,24 @@ fn main() {
     );
     if profile {
         let share = |d: Duration| 100.0 * d.as_secs_f64() / profiled_total.as_secs_f64();
-        let parts = [
-            ("convolutions", profiled.conv_time.get()),
-            ("norm calls", profiled.norm_time.get()),
-            ("attention", profiled.attention_time.get()),
-            ("cache joins", profiled.join_time.get()),
-            ("residual adds", profiled.add_time.get()),
+        let mut parts = vec![
+            ("convolutions".to_string(), profiled.conv_time.get()),
+            (
+                format!("{} norm calls", profiled.norm_calls.get()),
+                profiled.norm_time.get(),
+            ),
+            ("attention".to_string(), profiled.attention_time.get()),
+            ("cache joins".to_string(), profiled.join_time.get()),
+            ("residual adds".to_string(), profiled.add_time.get()),
         ];
         let accounted: Duration = parts.iter().map(|(_, d)| *d).sum();
-        let rest = profiled_total.saturating_sub(accounted);
+        parts.push((
+            "the rest".to_string(),
+            profiled_total.saturating_sub(accounted),
+        ));
         let shown: Vec<String> = parts
             .iter()
-            .chain([("the rest", rest)].iter())
-            .map(|(what, d)| {
-                let what = if *what == "norm calls" {
-                    format!("{} norm calls", profiled.norm_calls.get())
-                } else {
-                    what.to_string()
-                };
-                format!("{what} {:.3} s ({:.1}%)", d.as_secs_f64(), share(*d))
-            })
+            .map(|(what, d)| format!("{what} {:.3} s ({:.1}%)", d.as_secs_f64(), share(*d)))
             .collect();
         println!(
             "breakdown (a second decode, {:.3} s with a device sync around each call): {}",
