@@ -101,22 +101,37 @@ for step in "${steps[@]}"; do
         wanfix) # The cross-check fixtures on CUDA: the decoder's tests (f32 and bf16 vs PyTorch).
              (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${WANFIX_TIMEOUT:-200}" ./wan-tests \
                  --test-threads=1) > "$out/wanfix.log" 2>&1; grep -E "test |error|result" "$out/wanfix.log" ;;
-        wanprobe) # Where the decode's time goes, without diffusers: the full-size decoder with
-             # random weights on a random 480p latent of WAN_FRAMES (default 21) latent frames,
-             # the assembly timed both ways (--probe-assembly), cubecl's memory events in
-             # wanprobe-memory.log, peak memory from nvidia-smi; then the same with --lazy.
-             cp gpu/cubecl.toml gpu/cubecl.toml.plain
-             printf '\n[memory.logger]\nfile = "%s"\nlevel = "basic"\n' "$out/wanprobe-memory.log" >> gpu/cubecl.toml
-             nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wanprobe-mem.txt" 2>/dev/null & smi=$!
-             (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
-                 --dtype bf16 --device cuda --no-write --no-check --probe-assembly) > "$out/wanprobe.log" 2>&1
-             kill $smi 2>/dev/null; mv gpu/cubecl.toml.plain gpu/cubecl.toml
-             # The same without the synchronisation around each call (--lazy), for comparison.
-             (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
-                 --dtype bf16 --device cuda --no-write --no-check --no-profile --lazy) > "$out/wanprobe-lazy.log" 2>&1
-             grep -E "^decode|after the last" "$out/wanprobe-lazy.log"
-             echo "peak $(sort -n "$out/wanprobe-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wanprobe.log"
-             grep -v "^latent frame" "$out/wanprobe.log" | cut -c1-400 ;;
+        wancheck) # The decoder on CUDA against the cross-check fixtures' diffusers f32 decodes
+             # (the binary compares with the fixture's `decoded_unclamped`), f32 and bf16, Wan2.1
+             # and Wan2.2 layouts, with the wan binary alone.
+             for m in wan21_small wan22_small; do for d in f32 bf16; do
+                 f=../wan-vae/tests/fixtures/$m
+                 (cd gpu && timeout "${WANCHECK_TIMEOUT:-120}" ./wan --weights "$f/diffusion_pytorch_model.safetensors" \
+                     --latent "$f/io.safetensors" --raw-latent --dtype $d --device cuda --no-write --no-check \
+                     --no-profile) > "$out/wancheck-$m-$d.log" 2>&1
+                 echo "$m $d: rc=$? $(grep -E "^reference" "$out/wancheck-$m-$d.log")" | tee -a "$out/wancheck.log"
+             done; done ;;
+        wanprobe) # Where the decode's time and memory go, without diffusers: the full-size decoder
+             # with random weights on a random 480p latent of WAN_FRAMES (default 21) latent
+             # frames, the assembly timed both ways (--probe-assembly), cubecl's memory events in
+             # wanprobe-memory.log; then the same without the synchronisation around each call
+             # (--lazy), with the pools' free pages released after each frame (--release-memory),
+             # and on one CUDA stream (cubecl's streaming policy "single"). Each run's peak from
+             # nvidia-smi and from cubecl's pools.
+             wanrun() { # name, cubecl.toml addition, wan arguments...
+                 local name=$1 extra=$2; shift 2
+                 cp gpu/cubecl.toml gpu/cubecl.toml.plain; printf '%b' "$extra" >> gpu/cubecl.toml
+                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name-mem.txt" 2>/dev/null & smi=$!
+                 (cd gpu && timeout "${WAN_TIMEOUT:-150}" ./wan --size full --frames "${WAN_FRAMES:-21}" --height 60 --width 104 \
+                     --dtype bf16 --device cuda --no-write --no-check "$@") > "$out/$name.log" 2>&1
+                 echo "rc=$?; peak $(sort -n "$out/$name-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/$name.log"
+                 kill $smi 2>/dev/null; mv gpu/cubecl.toml.plain gpu/cubecl.toml
+                 echo "== $name $*"; grep -vE "^latent frame|^Wan VAE|^latent \[|^81 frames" "$out/$name.log" | cut -c1-400
+             }
+             wanrun wanprobe "\n[memory.logger]\nfile = \"$out/wanprobe-memory.log\"\nlevel = \"basic\"\n" --probe-assembly
+             wanrun wanprobe-lazy "" --no-profile --lazy
+             wanrun wanprobe-release "" --no-profile --release-memory
+             wanrun wanprobe-single "\n[streaming]\npolicy = \"single\"\n" --no-profile ;;
         wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side
              # with diffusers on the same weights and latent: WAN_FRAMES latent frames (default
              # "3 21"); peak GPU memory sampled by nvidia-smi; the PSNR of each video against

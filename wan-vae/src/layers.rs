@@ -43,6 +43,9 @@ pub struct Ctx {
     /// Residual additions.
     pub add_time: Cell<Duration>,
     pub norm_calls: Cell<usize>,
+    /// When profiling: the most bytes in live tensors seen after a call (zero where the
+    /// backend does not report its memory pools).
+    pub peak_in_use: Cell<u64>,
 }
 
 impl Ctx {
@@ -57,6 +60,7 @@ impl Ctx {
             join_time: Cell::new(Duration::ZERO),
             add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
+            peak_in_use: Cell::new(0),
         }
     }
 
@@ -82,6 +86,10 @@ impl Ctx {
         device.sync().expect("device sync");
         if self.profile {
             into.set(into.get() + start.elapsed());
+            if let Some(usage) = device.memory_pool_usage() {
+                self.peak_in_use
+                    .set(self.peak_in_use.get().max(usage.bytes_in_use));
+            }
         }
         y
     }

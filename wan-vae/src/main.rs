@@ -90,6 +90,10 @@ struct Args {
     /// concatenation, and slice assignments into a zero video (before the timed assembly)
     #[arg(long)]
     probe_assembly: bool,
+    /// Give the memory pools' free pages back to the driver after each latent frame (cubecl's
+    /// memory cleanup), for the peak-memory comparison
+    #[arg(long)]
+    release_memory: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -256,6 +260,7 @@ fn timed_decode(
     ctx: &Ctx,
     show_progress: bool,
     probe: bool,
+    release_memory: bool,
 ) -> (Tensor<5>, DecodeTimes) {
     let latent_frames = z.dims()[2];
     let bar = if show_progress {
@@ -271,10 +276,16 @@ fn timed_decode(
     let mut frame_start = Instant::now();
     let mut per_frame = Vec::new();
     let mut chunks = Vec::with_capacity(latent_frames);
+    let mut memory = MemoryPeak::default();
     decoder
         .decode_frames(z, ctx, |_, out| {
-            out.device().sync().expect("sync");
+            let device = out.device();
+            device.sync().expect("sync");
             per_frame.push(frame_start.elapsed());
+            memory.sample(&device);
+            if release_memory {
+                device.memory_cleanup();
+            }
             frame_start = Instant::now();
             bar.inc(1);
             chunks.push(out);
@@ -312,13 +323,41 @@ fn timed_decode(
     let video = decoder.assemble(chunks);
     video.device().sync().expect("sync");
     let assembly = start.elapsed();
+    memory.sample(&video.device());
     bar.finish_and_clear();
     let times = DecodeTimes {
         per_frame,
         after_frames,
         assembly,
+        memory,
     };
     (video, times)
+}
+
+/// The largest use of the backend's memory pools seen: bytes in live tensors and bytes the
+/// pools hold from the driver (zero where the backend does not report them).
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryPeak {
+    in_use: u64,
+    reserved: u64,
+}
+
+impl MemoryPeak {
+    fn sample(&mut self, device: &Device) {
+        if let Some(usage) = device.memory_pool_usage() {
+            self.in_use = self.in_use.max(usage.bytes_in_use);
+            self.reserved = self.reserved.max(usage.bytes_reserved);
+        }
+    }
+
+    fn describe(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        format!(
+            "{:.2} GiB in live tensors, {:.2} GiB held by the memory pools",
+            gib(self.in_use),
+            gib(self.reserved)
+        )
+    }
 }
 
 /// Wall times of one decode with a device sync after every latent frame.
@@ -329,6 +368,8 @@ struct DecodeTimes {
     after_frames: Duration,
     /// The video's assembly from the chunks, synchronised.
     assembly: Duration,
+    /// Sampled after each latent frame and after the assembly.
+    memory: MemoryPeak,
 }
 
 /// max |a - b| / max |b|.
@@ -506,7 +547,14 @@ fn main() {
     // warm-up that synchronises elsewhere leaves kernels for the timed decode to compile.
     let sync_calls = !args.lazy;
     let warm_ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
-    let (_, warm_times) = timed_decode(&decoder, z.clone(), &warm_ctx, false, false);
+    let (_, warm_times) = timed_decode(
+        &decoder,
+        z.clone(),
+        &warm_ctx,
+        false,
+        false,
+        args.release_memory,
+    );
     println!(
         "warm-up decode (compiles the kernels): {:.2} s; first latent frame decoded {:.2} s after \
          the program started",
@@ -516,7 +564,14 @@ fn main() {
 
     let ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
     let start = Instant::now();
-    let (video, times) = timed_decode(&decoder, z.clone(), &ctx, true, args.probe_assembly);
+    let (video, times) = timed_decode(
+        &decoder,
+        z.clone(),
+        &ctx,
+        true,
+        args.probe_assembly,
+        args.release_memory,
+    );
     let total = start.elapsed();
     let per_frame = times.per_frame;
     println!(
@@ -524,10 +579,26 @@ fn main() {
         times.after_frames.as_secs_f64() * 1e3,
         times.assembly.as_secs_f64() * 1e3
     );
+    println!(
+        "memory at its peak (sampled after each latent frame{}): {}",
+        if args.release_memory {
+            ", free pages released"
+        } else {
+            ""
+        },
+        times.memory.describe()
+    );
     let profiled = Ctx::new(fused, true);
     let profiled_total = if profile {
         let start = Instant::now();
-        let _ = timed_decode(&decoder, z.clone(), &profiled, false, false);
+        let _ = timed_decode(
+            &decoder,
+            z.clone(),
+            &profiled,
+            false,
+            false,
+            args.release_memory,
+        );
         start.elapsed()
     } else {
         Duration::ZERO
@@ -608,9 +679,11 @@ fn main() {
             .map(|(what, d)| format!("{what} {:.3} s ({:.1}%)", d.as_secs_f64(), share(*d)))
             .collect();
         println!(
-            "breakdown (a second decode, {:.3} s with a device sync around each call): {}",
+            "breakdown (a second decode, {:.3} s with a device sync around each call): {}; \
+             at most {:.2} GiB in live tensors after a call",
             profiled_total.as_secs_f64(),
-            shown.join(", ")
+            shown.join(", "),
+            profiled.peak_in_use.get() as f64 / (1u64 << 30) as f64
         );
     }
     if args.no_write {
