@@ -1,0 +1,130 @@
+use super::*;
+
+/// The extension called on the raw (un-fused) CubeCL backend.
+#[test]
+fn raw_cube_backend_extension() {
+    let device = cube_device();
+    let mut rng = rng("raw_cube");
+    let (rows, channels) = (10, 384);
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::BF16);
+    let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+    let y = <CubeBackend as RmsNormSiluBackend>::rms_norm_silu(
+        upload(&x, vec![2, 5, channels], DType::BF16, &device),
+        upload(&gamma, vec![channels], DType::BF16, &device),
+        NormParams::rms(eps),
+        Activation::Silu,
+    );
+    assert_close(&download(y), &want, 2e-2, 2e-2, "raw CubeBackend");
+}
+
+/// Rows read from and written to pitched buffers: padding in x is NaN (it must not be read)
+/// and padding in the output stays NaN (it must not be written).
+#[test]
+fn pitched_rows_are_read_and_written_in_place() {
+    let device = cube_device();
+    let mut rng = rng("pitched");
+    let (rows, channels, x_pitch, out_pitch) = (9, 40, 48, 56);
+    let (x, gamma, eps) = cudnn_inputs(&mut rng, rows, channels, DType::F32);
+    let want = reference(&x, &gamma, NormParams::rms(eps), Activation::Silu);
+    let mut x_padded = vec![f64::NAN; rows * x_pitch];
+    for r in 0..rows {
+        x_padded[r * x_pitch..r * x_pitch + channels]
+            .copy_from_slice(&x[r * channels..(r + 1) * channels]);
+    }
+    let xt = upload(&x_padded, vec![rows * x_pitch], DType::F32, &device);
+    let gt = upload(&gamma, vec![channels], DType::F32, &device);
+    let out = upload(
+        &vec![f64::NAN; rows * out_pitch],
+        vec![rows * out_pitch],
+        DType::F32,
+        &device,
+    );
+    let problem = RowsProblem {
+        rows,
+        channels,
+        x_row_stride: x_pitch,
+        out_row_stride: out_pitch,
+    };
+    let client = xt.client.clone();
+    let k = select_knobs(&client, problem, 4, 4, 256);
+    launch_forward(
+        &client,
+        xt.handle.clone(),
+        gt.handle.clone(),
+        out.handle.clone(),
+        elem(DType::F32),
+        elem(DType::F32),
+        problem,
+        NormParams::rms(eps),
+        Activation::Silu,
+        &k,
+    )
+    .unwrap();
+    let got = download(out);
+    let rows_got: Vec<f64> = (0..rows)
+        .flat_map(|r| got[r * out_pitch..r * out_pitch + channels].to_vec())
+        .collect();
+    assert_close(&rows_got, &want, 1e-5, 1e-5, "pitched rows");
+    for r in 0..rows {
+        assert!(
+            got[r * out_pitch + channels..(r + 1) * out_pitch]
+                .iter()
+                .all(|v| v.is_nan()),
+            "row {r}: the kernel wrote into the output padding"
+        );
+    }
+}
+
+/// A pitched Burn tensor (a slice of a wider one) goes through the public API without a copy
+/// of its rows being needed for correctness.
+#[test]
+fn sliced_tensor_through_the_api() {
+    use burn::tensor::s;
+    let device = device();
+    let mut rng = rng("sliced");
+    let (rows, wide, channels) = (6, 72, 64);
+    let x = round_to(&randn(&mut rng, rows * wide), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::F32);
+    let x_rows: Vec<f64> = (0..rows)
+        .flat_map(|r| x[r * wide..r * wide + channels].to_vec())
+        .collect();
+    let want = reference(&x_rows, &gamma, NormParams::rms(1e-5), Activation::Silu);
+    let xt = tensor(&x, [rows, wide], DType::F32, &device).slice(s![.., 0..channels]);
+    let y =
+        burn_rmsnorm_silu::rms_norm_silu(xt, tensor(&gamma, [channels], DType::F32, &device), 1e-5);
+    assert_close(&values(y), &want, 1e-6, 1e-5, "sliced rows");
+}
+
+/// The benchmarks' two copy roofs (`Timer::copy`, `Timer::copy_unrolled`) move every byte,
+/// for lengths that leave a tail after the unrolled steps and with 16-, 8- and 4-byte vectors.
+#[test]
+fn copy_roofs_move_every_byte() {
+    use rmsnorm_silu_kernels::timing::Timer;
+    let device = cube_device();
+    let timer = Timer::new(device.client());
+    let mut rng = rng("copy_roofs");
+    for len in [1usize, 6, 4 * 1031, 4 * 77 * 256 + 12] {
+        let src = upload(
+            &uniform(&mut rng, len, -9.0, 9.0),
+            vec![len],
+            DType::F32,
+            &device,
+        );
+        for unrolled in [false, true] {
+            let dst = upload(&vec![f64::NAN; len], vec![len], DType::F32, &device);
+            if unrolled {
+                timer.copy_unrolled(&src.handle, &dst.handle, len * 4);
+            } else {
+                timer.copy(&src.handle, &dst.handle, len * 4);
+            }
+            let got = download(dst);
+            let want = download(src.clone());
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "len {len}, unrolled {unrolled}: the copy differs"
+            );
+        }
+    }
+}
