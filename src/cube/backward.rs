@@ -1,0 +1,150 @@
+//! The fused backward on CubeCL backends: the row kernels over the last axis, other axes through a permuted copy.
+
+use super::*;
+
+/// The fused backward: over the last axis the row kernels (`kernels::backward`) on dense rows
+/// (other layouts are copied); over another axis see [`backward_dim`]; composed Burn ops for no
+/// rows, other layouts of another axis, or rows too wide for the kernels' register caches.
+pub fn backward(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    dy: CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> (CubeTensor, CubeTensor) {
+    let shape = x.shape();
+    let rank = shape.num_dims();
+    let channels = shape[rank - 1];
+    let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
+    let composed = |x, gamma, dy| {
+        crate::composed::backward_dim::<CubeBackend>(x, gamma, dy, dim, norm, activation)
+    };
+    if rows == 0 {
+        return composed(x, gamma, dy);
+    }
+    if dim + 1 != rank {
+        return backward_dim(&x, &gamma, &dy, dim, norm, activation)
+            .unwrap_or_else(|| composed(x, gamma, dy));
+    }
+    let dense = |t: CubeTensor| {
+        let t = if row_pitch(t.meta.shape(), t.meta.strides()) == Some(channels)
+            && !t.meta.is_tiled()
+        {
+            t
+        } else {
+            into_contiguous(t)
+        };
+        (row_pitch(t.meta.shape(), t.meta.strides()) == Some(channels)).then_some(t)
+    };
+    let (Some(xd), Some(dyd)) = (dense(x.clone()), dense(dy.clone())) else {
+        return composed(x, gamma, dy);
+    };
+    // Rows too wide for the register cache on this device: composed ops.
+    rows_backward(&xd, &gamma, &dyd, norm, activation).unwrap_or_else(|| composed(x, gamma, dy))
+}
+
+/// The row backward kernels on `x` and `dy` whose last axis is dense rows (`dx` in the same
+/// logical shape, dense); `None` when the rows are too wide for the register cache.
+pub(crate) fn rows_backward(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    dy: &CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+) -> Option<(CubeTensor, CubeTensor)> {
+    let shape = x.shape();
+    let channels = shape[shape.num_dims() - 1];
+    let rows = shape.num_elements() / channels;
+    let gd = into_contiguous(gamma.clone());
+    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
+    let dgamma = empty_device_contiguous_dtype(
+        gamma.client.clone(),
+        gamma.device.clone(),
+        gamma.shape(),
+        gamma.dtype,
+    );
+    launch_backward(
+        &x.client,
+        x.handle.clone(),
+        gd.handle.clone(),
+        dy.handle.clone(),
+        dx.handle.clone(),
+        dgamma.handle.clone(),
+        x_type,
+        gamma_type,
+        rows,
+        channels,
+        norm,
+        activation,
+    )
+    .ok()
+    .map(|()| (dx, dgamma))
+}
+
+/// The backward over an axis other than the last, without moving data where the layout
+/// allows: channels-last memory (the axis contiguous, the other axes dense rows, in both `x` and
+/// `dy`) goes to the row backward with the output in the same order; dense channels-first
+/// tensors to the channels backward kernel; `None` for any other layout or a C too wide for
+/// the kernels' register caches.
+pub(crate) fn backward_dim(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    dy: &CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> Option<(CubeTensor, CubeTensor)> {
+    let shape = x.shape();
+    let rank = shape.num_dims();
+    let channels = shape[dim];
+    let moved = DimLast::new(rank, dim);
+    let dense_rows = |t: &CubeTensor| {
+        moved
+            .rows(t)
+            .filter(|r| row_pitch(r.meta.shape(), r.meta.strides()) == Some(channels))
+    };
+    if let (Some(xr), Some(dyr)) = (dense_rows(x), dense_rows(dy)) {
+        let (dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
+        return Some((moved.restore(dx), dgamma));
+    }
+    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let gd = into_contiguous(gamma.clone());
+    let dgamma = empty_device_contiguous_dtype(
+        gamma.client.clone(),
+        gamma.device.clone(),
+        gamma.shape(),
+        gamma.dtype,
+    );
+    if x.is_contiguous() && dy.is_contiguous() && !x.meta.is_tiled() && !dy.meta.is_tiled() {
+        let dx = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            shape.clone(),
+            x.dtype,
+        );
+        let batches: usize = (0..dim).map(|d| shape[d]).product();
+        let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
+        let launched = launch_channels_backward(
+            &x.client,
+            x.handle.clone(),
+            gd.handle.clone(),
+            dy.handle.clone(),
+            dx.handle.clone(),
+            dgamma.handle.clone(),
+            x_type,
+            gamma_type,
+            batches,
+            channels,
+            positions,
+            norm,
+            activation,
+            None,
+        );
+        if launched.is_ok() {
+            return Some((dx, dgamma));
+        }
+    }
+    None
+}

@@ -1,0 +1,122 @@
+//! FP8 and NVFP4 outputs on CubeCL backends: the quantised tensor or its parts from one launch.
+
+use super::*;
+
+/// The row kernel writing FP8 E4M3 codes straight into a new quantised tensor's value buffer;
+/// the tensor's per-tensor scale word is set to `1 / scale` on the device.
+pub fn forward_fp8(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    scale: f32,
+    amax: Option<rmsnorm_silu_kernels::cubecl::server::Handle>,
+) -> CubeTensor {
+    let shape = x.shape();
+    let rows = RowInputs::new(x, gamma);
+    let (q, values, scales) = empty_quantized(shape, crate::formats::fp8_scheme(), &rows);
+    let client = rows.x.client.clone();
+    write_f32(&client, scales.handle.clone(), 1.0 / scale);
+    if rows.problem.rows == 0 {
+        if let Some(amax) = amax {
+            write_f32(&client, amax, 0.0);
+        }
+        return q;
+    }
+    rows.launch(
+        OutputTarget::fp8(values.handle.clone(), scale, amax),
+        &values,
+        norm,
+        activation,
+        "rms_norm_silu_fp8",
+    );
+    q
+}
+
+/// A new dense quantised tensor of `shape` on `rows`' device, with its values and block (or
+/// per-tensor) scales as raw tensors for a kernel to write.
+pub(crate) fn empty_quantized(
+    shape: burn::tensor::Shape,
+    scheme: burn::tensor::quantization::QuantScheme,
+    rows: &RowInputs,
+) -> (CubeTensor, CubeTensor, CubeTensor) {
+    let q = empty_qtensor(
+        shape,
+        scheme,
+        &rows.x.device,
+        MemoryLayoutStrategy::Contiguous,
+    );
+    let (values, scales) = q
+        .quantized_handles()
+        .expect("a quantised tensor has handles");
+    (q, values, scales)
+}
+
+/// The NVFP4 kernel writing into a new quantised tensor's values and block scales; its
+/// per-tensor scale word is the decode scale (`1 / s_enc`, or 1 for cuDNN's recipe).
+pub fn forward_nvfp4(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    recipe: Fp4Recipe,
+    s_enc: f32,
+) -> CubeTensor {
+    let shape = x.shape();
+    let rows = RowInputs::new(x, gamma);
+    let (q, values, scales) = empty_quantized(shape, crate::formats::nvfp4_scheme(), &rows);
+    let global = q.global().expect("NVFP4 has a per-tensor scale");
+    let decode = match recipe {
+        Fp4Recipe::Cudnn => 1.0,
+        Fp4Recipe::TransformerEngine => 1.0 / s_enc,
+    };
+    write_f32(&rows.x.client, global.handle.clone(), decode);
+    rows.launch_nvfp4(
+        values.handle.clone(),
+        scales.handle.clone(),
+        recipe,
+        ScaleLayout::RowMajor,
+        s_enc,
+        norm,
+        activation,
+    );
+    q
+}
+
+/// The NVFP4 kernel writing raw parts: values `[rows, C / 2]` u8 and scales in `layout` (u8).
+pub fn forward_nvfp4_parts(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    recipe: Fp4Recipe,
+    s_enc: f32,
+    layout: ScaleLayout,
+) -> (CubeTensor, CubeTensor) {
+    let shape = x.shape();
+    let (values_shape, scales_shape) = crate::formats::nvfp4_parts_shapes(shape.as_slice(), layout);
+    let rows = RowInputs::new(x, gamma);
+    let (client, device) = (rows.x.client.clone(), rows.x.device.clone());
+    let values = empty_device_contiguous_dtype(
+        client.clone(),
+        device.clone(),
+        burn::tensor::Shape::new(values_shape),
+        DType::U8,
+    );
+    let scales = empty_device_contiguous_dtype(
+        client,
+        device,
+        burn::tensor::Shape::new(scales_shape),
+        DType::U8,
+    );
+    rows.launch_nvfp4(
+        values.handle.clone(),
+        scales.handle.clone(),
+        recipe,
+        layout,
+        s_enc,
+        norm,
+        activation,
+    );
+    (values, scales)
+}
