@@ -2,7 +2,7 @@
 wheel: see the `wan` step of scripts/gpu-steps.sh).
 
   python3 scripts/wan_torch.py convs OUT_DIR
-      each convolution of `benches/conv.rs` (same shapes, same order) in cuDNN, bf16: the
+      each convolution of `benches/conv/` (same shapes, same order) in cuDNN, bf16: the
       default layout, and channels_last_3d with cudnn.benchmark; CUDA events, 3 warm-ups,
       median of 10, the L2 flushed before each run. Writes OUT_DIR/torch_convs.csv.
   python3 scripts/wan_torch.py prepare OUT_DIR T
@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-# (what, c_in, c_out, kernel, input T H W, padding T H W): benches/conv.rs `shapes()`.
+# (what, c_in, c_out, kernel, input T H W, padding T H W): benches/conv/main.rs `shapes()`.
 SHAPES = [
     ("up3 resnet 96", 96, 96, (3, 3, 3), (6, 480, 832), (0, 1, 1)),
     ("up2 resnet 192", 192, 192, (3, 3, 3), (6, 240, 416), (0, 1, 1)),

@@ -78,7 +78,7 @@ struct Args {
     /// Also write the unclamped video as f32 `video` to this safetensors file.
     #[arg(long, value_name = "FILE")]
     save: Option<PathBuf>,
-    /// A convolution table fresh from the tuner (benches/conv.rs), used instead of the
+    /// A convolution table fresh from the tuner (benches/conv/), used instead of the
     /// compiled-in one.
     #[arg(long, value_name = "FILE")]
     conv_table: Option<PathBuf>,

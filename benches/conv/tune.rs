@@ -1,0 +1,281 @@
+//! The tuner (each candidate checked, then timed; the best per shape appended to the table) and the benchmark (the table's choice against cubek's own).
+
+use super::case::*;
+use super::*;
+
+#[derive(Clone, Copy)]
+pub(crate) struct Measured {
+    choice: ConvChoice,
+    us: f64,
+    first_s: f64,
+    error: f64,
+}
+
+/// Checks every choice (compiling its kernel) on up to 12 threads at once (NVRTC runs on the
+/// calling thread, so compilation is what parallelises), then times the valid ones in turn.
+pub(crate) fn measure_all(
+    timer: &Timer,
+    case: &Case,
+    choices: &[ConvChoice],
+    serial: bool,
+) -> Vec<Result<Measured, String>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let checked = std::sync::Mutex::new(vec![None; choices.len()]);
+    let workers = if serial {
+        1
+    } else {
+        choices.len().clamp(1, 12)
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(choice) = choices.get(i) else { break };
+                    if serial {
+                        println!("checking {choice}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    let start = Instant::now();
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        case.check(timer, choice)
+                    }))
+                    .unwrap_or_else(|_| Err("panicked".to_string()));
+                    let first_s = start.elapsed().as_secs_f64();
+                    checked.lock().unwrap()[i] = Some((result, first_s));
+                }
+            });
+        }
+    });
+    let checked = checked.into_inner().unwrap();
+    let client = timer.client.clone();
+    choices
+        .iter()
+        .zip(checked)
+        .map(|(choice, c)| {
+            let (result, first_s) = c.expect("every choice checked");
+            let error = result?;
+            if error > 0.05 {
+                return Err(format!("wrong: max error {error:.3e} of the output's rms"));
+            }
+            let times = timer.time(2, 10, || {
+                case.launch(&client, choice).expect("launched before");
+            });
+            Ok(Measured {
+                choice: *choice,
+                us: median(&times),
+                first_s,
+                error,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn report(
+    csv: &mut String,
+    index: usize,
+    site: &Site,
+    m: &Result<Measured, String>,
+    label: &str,
+) {
+    let s = &site.shape;
+    match m {
+        Ok(m) => {
+            let tflops = s.flops() / (m.us * 1e-6) / 1e12;
+            println!(
+                "#{index:<2} {:<26} {label:<8} {:<44} {:>9.1} us {:>6.1} TFLOP/s  err {:.1e}  first {:.2} s",
+                site.what,
+                m.choice.to_string(),
+                m.us,
+                tflops,
+                m.error,
+                m.first_s
+            );
+            let _ = writeln!(
+                csv,
+                "{index},{},{label},{},{:.2},{tflops:.2},{:.3e},{:.3}",
+                site.what, m.choice, m.us, m.error, m.first_s
+            );
+        }
+        Err(e) => {
+            let short: String = e.chars().take(160).collect();
+            println!("#{index:<2} {:<26} {label:<8} refused: {short}", site.what);
+            let _ = writeln!(csv, "{index},{},{label},refused,,,,", site.what);
+        }
+    }
+    let _ = std::io::stdout().flush();
+}
+
+pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
+    let sm = device_sm(&timer.client).unwrap_or(0);
+    // Both files grow by appending, so that one process per shape (a faulting candidate
+    // poisons its process's CUDA context) builds one table.
+    std::fs::create_dir_all(&args.out).expect("create --out");
+    let table_path = format!("{}/sm{sm}_conv.txt", args.out);
+    let csv_path = format!("{}/conv_tune.csv", args.out);
+    let append = |path: &str, header: &str, text: &str| {
+        let fresh = !std::path::Path::new(path).exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open tuner output");
+        if fresh {
+            f.write_all(header.as_bytes()).expect("write tuner output");
+        }
+        f.write_all(text.as_bytes()).expect("write tuner output");
+    };
+    let header = format!(
+        "# Implicit-GEMM convolution configurations for sm_{sm}: bf16 in and out, f32 accumulation,\n\
+         # channels-last, stride 1. Written by `cargo bench --bench conv -- tune`.\n\
+         # c_in c_out kt kh kw rows knobs us tflops\n"
+    );
+    let allowed = |c: &ConvChoice| match c {
+        ConvChoice::Knobs(k) => {
+            let text = k.to_string();
+            let routine = text.split('.').next().unwrap_or_default();
+            !args.exclude.iter().any(|e| e == routine)
+        }
+        ConvChoice::Inferred => !args.exclude.iter().any(|e| e == "inferred"),
+    };
+    for (index, site) in sites {
+        let mut table = String::new();
+        let mut csv = String::new();
+        let case = Case::new(timer, site.shape, 7 + *index as u64);
+        let mut best: Option<Measured> = None;
+        let run = |choices: Vec<ConvChoice>,
+                   label: &str,
+                   csv: &mut String,
+                   best: &mut Option<Measured>| {
+            let choices: Vec<ConvChoice> = choices.into_iter().filter(|c| allowed(c)).collect();
+            let results = measure_all(timer, &case, &choices, args.serial);
+            let mut ok = Vec::new();
+            for m in results {
+                report(csv, *index, site, &m, label);
+                if let Ok(m) = m {
+                    if best.as_ref().is_none_or(|b| m.us < b.us) {
+                        *best = Some(m);
+                    }
+                    ok.push((m.us, m.choice));
+                }
+            }
+            ok
+        };
+        // Phase 1: cubek's own choice, and the layouts on the plain sync loader and on the
+        // specialized cp.async one.
+        let mut phase1 = vec![
+            ConvChoice::Inferred,
+            ConvChoice::Knobs(fallback_knobs(&site.shape)),
+        ];
+        for layout in layouts(&site.shape) {
+            for alg in ["sync_cyclic", "spec_cyclic"] {
+                phase1.push(ConvChoice::Knobs(knobs(&format!("{alg}.{layout}.sw.db"))));
+            }
+        }
+        let mut ranked = run(phase1, "layout", &mut csv, &mut best);
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Phase 2: the two best layouts on the other loaders.
+        let mut layouts_done: Vec<String> = Vec::new();
+        let mut phase2 = Vec::new();
+        for (_, choice) in &ranked {
+            let ConvChoice::Knobs(k) = choice else {
+                continue;
+            };
+            let text = k.to_string();
+            let layout = text
+                .split('.')
+                .skip(1)
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(".");
+            if layouts_done.contains(&layout) || layouts_done.len() == 2 {
+                continue;
+            }
+            for alg in ["async_cyclic", "tma", "spec_tma", "sync_strided"] {
+                phase2.push(ConvChoice::Knobs(knobs(&format!("{alg}.{layout}.sw.db"))));
+            }
+            layouts_done.push(layout);
+        }
+        run(phase2, "loader", &mut csv, &mut best);
+        // Phase 3: the best one's flags toggled.
+        if let Some(ConvChoice::Knobs(b)) = best.as_ref().map(|b| b.choice) {
+            let phase3 = vec![
+                ConvChoice::Knobs(ConvKnobs {
+                    swizzle: !b.swizzle,
+                    ..b
+                }),
+                ConvChoice::Knobs(ConvKnobs {
+                    double_buffer: !b.double_buffer,
+                    ..b
+                }),
+            ];
+            run(phase3, "flags", &mut csv, &mut best);
+        }
+        if let Some(b) = &best {
+            let s = &site.shape;
+            println!(
+                "#{index:<2} {:<26} BEST     {} {:.1} us",
+                site.what, b.choice, b.us
+            );
+            if let ConvChoice::Knobs(k) = b.choice {
+                let tflops = s.flops() / (b.us * 1e-6) / 1e12;
+                let _ = writeln!(
+                    table,
+                    "{} {} {} {} {} {} {k} {:.1} {tflops:.1}",
+                    s.c_in,
+                    s.c_out,
+                    s.kernel[0],
+                    s.kernel[1],
+                    s.kernel[2],
+                    s.rows(),
+                    b.us
+                );
+            }
+        }
+        append(&table_path, &header, &table);
+        append(
+            &csv_path,
+            "index,site,phase,knobs,us,tflops,error,first_s\n",
+            &csv,
+        );
+    }
+}
+
+pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
+    let sm = device_sm(&timer.client);
+    let mut csv = String::from("index,site,phase,knobs,us,tflops,error,first_s\n");
+    let mut total = [0.0f64; 2];
+    for (index, site) in sites {
+        let case = Case::new(timer, site.shape, 7 + *index as u64);
+        let mut results = measure_all(
+            timer,
+            &case,
+            &[select_conv(sm, &site.shape), ConvChoice::Inferred],
+            args.serial,
+        );
+        let inferred = results.pop().expect("two results");
+        let table = results.pop().expect("two results");
+        report(&mut csv, *index, site, &table, "table");
+        report(&mut csv, *index, site, &inferred, "inferred");
+        if let (Ok(t), Ok(i)) = (&table, &inferred) {
+            let n = site.launches as f64;
+            total[0] += t.us * n;
+            total[1] += i.us * n;
+            if site.launches > 1 {
+                println!(
+                    "#{index:<2} {:<26} site: {} launches, table {:.1} us, inferred {:.1} us",
+                    site.what,
+                    site.launches,
+                    t.us * n,
+                    i.us * n
+                );
+            }
+        }
+    }
+    println!(
+        "sum over the sites (phases counted): table {:.1} us, cubek's own {:.1} us",
+        total[0], total[1]
+    );
+    std::fs::create_dir_all(&args.out).expect("create --out");
+    std::fs::write(format!("{}/conv_bench.csv", args.out), &csv).expect("write csv");
+}
