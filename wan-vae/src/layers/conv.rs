@@ -1,0 +1,162 @@
+//! The causal 3D convolution (also the 2D and 1x1 ones) and the phase convolutions (the upsamplers' folded 3x3, the time convolution).
+
+use super::*;
+
+/// `CausalConv3d`: a 3D convolution whose temporal padding all goes in front, fed with the
+/// last frames of the previous chunk's input instead of zeros when decoding frame by frame.
+/// Also the decoder's 2D (`kT = 1`) and 1x1 convolutions.
+#[derive(Module, Debug)]
+pub struct CausalConv3d {
+    /// `[C_out, kT, kH, kW, C_in]`.
+    weight: Param<Tensor<5>>,
+    bias: Param<Tensor<1>>,
+    /// Frames of temporal context (kernel depth - 1).
+    pub(crate) context: usize,
+    /// Spatial padding on each side.
+    pad: usize,
+}
+
+impl CausalConv3d {
+    /// A convolution whose weight is stored `[C_out, C_in, kT, kH, kW]`.
+    pub fn load(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+        k: [usize; 3],
+    ) -> Result<Self, WeightError> {
+        Self::load_stored(l, key, c_in, c_out, k, 5)
+    }
+
+    /// A per-frame 2D convolution whose weight is stored `[C_out, C_in, kH, kW]`.
+    pub fn load_2d(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+    ) -> Result<Self, WeightError> {
+        Self::load_stored(l, key, c_in, c_out, [1, k, k], 4)
+    }
+
+    fn load_stored(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+        k: [usize; 3],
+        stored_rank: usize,
+    ) -> Result<Self, WeightError> {
+        Ok(Self {
+            weight: l.conv_weight(&format!("{key}.weight"), c_out, c_in, k, stored_rank)?,
+            bias: l.param(&format!("{key}.bias"), [c_out])?,
+            context: k[0] - 1,
+            pad: k[1] / 2,
+        })
+    }
+
+    /// `x` is `[B, T, H, W, C]`; `cache` holds up to `context` frames preceding it. Frames the
+    /// cache lacks are zero padding in front (no zero tensor, no copy).
+    pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
+        let (x, front) = join(cache, x, self.context, ctx);
+        self.forward_padded(x, front, ctx)
+    }
+
+    /// The convolution of `x` (cached frames already in front) with `front` zero frames of
+    /// temporal padding.
+    pub(crate) fn forward_padded(&self, x: Tensor<5>, front: usize, ctx: &Ctx) -> Tensor<5> {
+        let device = x.device();
+        ctx.timed(&ctx.conv_time, &device, || {
+            conv3d_channels_last(
+                x,
+                self.weight.val(),
+                self.bias.val(),
+                ConvPadding::causal(front, self.pad),
+            )
+        })
+    }
+}
+
+/// The cached frames joined in front of the chunk along T (the one copy left around the causal
+/// cache), and how many zero frames the padding still adds in front.
+pub(crate) fn join(
+    cache: Option<Tensor<5>>,
+    x: Tensor<5>,
+    context: usize,
+    ctx: &Ctx,
+) -> (Tensor<5>, usize) {
+    match cache.filter(|_| context > 0) {
+        Some(cache) => {
+            let have = cache.dims()[1].min(context);
+            let device = x.device();
+            let joined = ctx.timed(&ctx.join_time, &device, || Tensor::cat(vec![cache, x], 1));
+            (joined, context - have)
+        }
+        None => (x, context),
+    }
+}
+
+/// Convolutions whose outputs interleave into a finer grid (see [`Phases`]): the upsamplers'
+/// 3x3 convolution after nearest x2 upsampling, run as four 2x2 convolutions of the
+/// low-resolution input, and the time convolution whose two channel halves become alternate
+/// frames. Neither the upsampled input nor the interleaving is ever materialised.
+#[derive(Module, Debug)]
+pub struct PhasedConv {
+    /// `[P, C_out, kT, kH, kW, C_in]`.
+    weight: Param<Tensor<6>>,
+    /// `[P, C_out]`.
+    bias: Param<Tensor<2>>,
+    /// Frames of temporal context (kernel depth - 1).
+    context: usize,
+    /// Two frames per frame (the time convolution) rather than 2 x 2 pixels per pixel.
+    temporal: bool,
+}
+
+impl PhasedConv {
+    /// The upsampler's 3x3 convolution (stored `[C_out, C_in, 3, 3]`), folded for
+    /// [`Phases::upsample2x`].
+    pub fn load_upsample(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+    ) -> Result<Self, WeightError> {
+        let values = l.conv_values(&format!("{key}.weight"), c_out, c_in, [1, 3, 3], 4)?;
+        let folded = fold_upsample2x_weights(&values, c_out, c_in);
+        Ok(Self {
+            weight: Param::from_tensor(l.tensor(folded, [4, c_out, 1, 2, 2, c_in])),
+            bias: l.phase_bias(&format!("{key}.bias"), c_out, 4)?,
+            context: 0,
+            temporal: false,
+        })
+    }
+
+    /// The time convolution `C -> 2C` (stored `[2C, C, 3, 1, 1]`): output channel half `j` is
+    /// output frame `2t + j`.
+    pub fn load_time(l: &mut Loader, key: &str, c: usize) -> Result<Self, WeightError> {
+        let values = l.conv_values(&format!("{key}.weight"), 2 * c, c, [3, 1, 1], 5)?;
+        let bias = l
+            .weights
+            .values(&format!("{key}.bias"), &[2 * c], l.config)?;
+        Ok(Self {
+            weight: Param::from_tensor(l.tensor(values, [2, c, 3, 1, 1, c])),
+            bias: Param::from_tensor(l.tensor(bias, [2, c])),
+            context: 2,
+            temporal: true,
+        })
+    }
+
+    /// `x` is `[B, T, H, W, C]`, `cache` the frames preceding it (time convolution only).
+    pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
+        let device = x.device();
+        let (x, front) = join(cache, x, self.context, ctx);
+        let phases = if self.temporal {
+            Phases::frames2x(ConvPadding::causal(front, 0))
+        } else {
+            Phases::upsample2x()
+        };
+        ctx.timed(&ctx.conv_time, &device, || {
+            conv3d_channels_last_phases(x, self.weight.val(), self.bias.val(), phases)
+        })
+    }
+}

@@ -1,0 +1,199 @@
+//! The decoder's building blocks on channels-last activations (`[B, T, H, W, C]`, channels
+//! contiguous): the causal 3D convolution with its frame cache, the norm sites (the fused op,
+//! or composed Burn ops for comparison), the residual and attention blocks, the resamplers and
+//! Wan2.2's `DupUp3D` shortcut.
+//!
+//! Every convolution runs [`conv3d_channels_last`]: on CUDA cubek's implicit GEMM on tensor
+//! cores with a measured configuration, elsewhere Burn's `conv3d` on the same memory.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use burn::module::{Module, Param};
+use burn::tensor::activation::silu;
+use burn::tensor::{DType, Device, Tensor, s};
+use burn_rmsnorm_silu::{
+    Activation, ConvPadding, Phases, RmsNormSiluOptions, conv3d_channels_last,
+    conv3d_channels_last_phases, fold_upsample2x_weights, rms_norm_silu_into, rms_norm_silu_with,
+};
+
+use crate::config::WanConfig;
+use crate::weights::{WeightError, Weights};
+use burn_rmsnorm_silu::single_head_attention as attention;
+
+mod blocks;
+mod cache;
+mod conv;
+
+pub use blocks::{AttentionBlock, DupUp3D, Norm, Resample, ResidualBlock};
+pub use cache::FrameCache;
+pub use conv::{CausalConv3d, PhasedConv};
+
+/// How a forward pass runs its norm sites, and (when profiling) where its time goes.
+pub struct Ctx {
+    /// This crate's fused kernel (true) or composed Burn ops (false).
+    pub fused: bool,
+    /// Synchronise the device around every norm, convolution and attention call and add up
+    /// their wall times (costs the synchronisations; for the breakdown, not the total).
+    pub profile: bool,
+    /// Synchronise the device around every norm, convolution and attention call (on by
+    /// default). Burn's fusion otherwise queues a latent frame's operations until the next
+    /// synchronisation, which was measured slower: the small decoder on the CubeCL CPU runtime
+    /// 2.5 s synchronised against 11.8 s without (2026-12-06), and the full-size decode on an
+    /// H200 1.501 s with a synchronisation around every call against 1.761 s without
+    /// (2026-12-06, commit ad633e4, `results/2026-12-06-h200-wan-decode/wan-21.log`).
+    pub sync_calls: bool,
+    pub norm_time: Cell<Duration>,
+    pub conv_time: Cell<Duration>,
+    pub attention_time: Cell<Duration>,
+    /// The cached frames joined in front of a chunk.
+    pub join_time: Cell<Duration>,
+    /// Residual additions.
+    pub add_time: Cell<Duration>,
+    pub norm_calls: Cell<usize>,
+    /// When profiling: the most bytes in live tensors seen after a call (zero where the
+    /// backend does not report its memory pools).
+    pub peak_in_use: Cell<u64>,
+}
+
+impl Ctx {
+    pub fn new(fused: bool, profile: bool) -> Self {
+        Self {
+            fused,
+            profile,
+            sync_calls: true,
+            norm_time: Cell::new(Duration::ZERO),
+            conv_time: Cell::new(Duration::ZERO),
+            attention_time: Cell::new(Duration::ZERO),
+            join_time: Cell::new(Duration::ZERO),
+            add_time: Cell::new(Duration::ZERO),
+            norm_calls: Cell::new(0),
+            peak_in_use: Cell::new(0),
+        }
+    }
+
+    /// The same context with `sync_calls` set.
+    pub fn with_sync_calls(self, sync_calls: bool) -> Self {
+        Self { sync_calls, ..self }
+    }
+
+    /// Runs `f` between two device synchronisations (unless `sync_calls` and `profile` are
+    /// both off), adding its wall time to `into` when profiling.
+    fn timed<const D: usize>(
+        &self,
+        into: &Cell<Duration>,
+        device: &Device,
+        f: impl FnOnce() -> Tensor<D>,
+    ) -> Tensor<D> {
+        if !self.profile && !self.sync_calls {
+            return f();
+        }
+        device.sync().expect("device sync");
+        let start = Instant::now();
+        let y = f();
+        device.sync().expect("device sync");
+        if self.profile {
+            into.set(into.get() + start.elapsed());
+            if let Some(usage) = device.memory_pool_usage() {
+                self.peak_in_use
+                    .set(self.peak_in_use.get().max(usage.bytes_in_use));
+            }
+        }
+        y
+    }
+}
+
+/// Builds modules from a weight source.
+pub struct Loader<'a> {
+    pub weights: &'a mut Weights,
+    pub config: &'a WanConfig,
+    pub device: &'a Device,
+    pub dtype: DType,
+}
+
+impl Loader<'_> {
+    pub fn param<const D: usize>(
+        &mut self,
+        key: &str,
+        shape: [usize; D],
+    ) -> Result<Param<Tensor<D>>, WeightError> {
+        let t = self
+            .weights
+            .get(key, shape, self.config, self.device, self.dtype)?;
+        Ok(Param::from_tensor(t))
+    }
+
+    /// A convolution weight stored `[C_out, C_in, k...]` (PyTorch's layout), returned as
+    /// `[C_out, kT, kH, kW, C_in]` (the channels-last convolution's), permuted on the host once.
+    pub fn conv_weight(
+        &mut self,
+        key: &str,
+        c_out: usize,
+        c_in: usize,
+        k: [usize; 3],
+        stored_rank: usize,
+    ) -> Result<Param<Tensor<5>>, WeightError> {
+        let values = self.conv_values(key, c_out, c_in, k, stored_rank)?;
+        Ok(Param::from_tensor(
+            self.tensor(values, [c_out, k[0], k[1], k[2], c_in]),
+        ))
+    }
+
+    /// The values of a convolution weight stored `[C_out, C_in, k...]`, permuted to
+    /// `[C_out, kT, kH, kW, C_in]`.
+    pub fn conv_values(
+        &mut self,
+        key: &str,
+        c_out: usize,
+        c_in: usize,
+        k: [usize; 3],
+        stored_rank: usize,
+    ) -> Result<Vec<f32>, WeightError> {
+        let stored: Vec<usize> = if stored_rank == 4 {
+            vec![c_out, c_in, k[1], k[2]]
+        } else {
+            vec![c_out, c_in, k[0], k[1], k[2]]
+        };
+        let values = self.weights.values(key, &stored, self.config)?;
+        let taps = k[0] * k[1] * k[2];
+        let mut permuted = vec![0.0f32; values.len()];
+        for o in 0..c_out {
+            for i in 0..c_in {
+                for tap in 0..taps {
+                    permuted[(o * taps + tap) * c_in + i] = values[(o * c_in + i) * taps + tap];
+                }
+            }
+        }
+        Ok(permuted)
+    }
+
+    /// A bias `[C_out]` repeated for each of `phases`: `[phases, C_out]`.
+    pub fn phase_bias(
+        &mut self,
+        key: &str,
+        c_out: usize,
+        phases: usize,
+    ) -> Result<Param<Tensor<2>>, WeightError> {
+        let values = self.weights.values(key, &[c_out], self.config)?;
+        let repeated: Vec<f32> = (0..phases).flat_map(|_| values.iter().copied()).collect();
+        Ok(Param::from_tensor(self.tensor(repeated, [phases, c_out])))
+    }
+
+    /// Host values on the loader's device, in its dtype.
+    pub fn tensor<const D: usize>(&self, values: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+        let data = burn::tensor::TensorData::new(values, shape).convert_dtype(self.dtype);
+        Tensor::from_data(data, (self.device, self.dtype))
+    }
+}
+
+/// `z * std + mean` per latent channel (the step the original decode does first); `z` is
+/// `[B, z_dim, T, h, w]`.
+pub fn denormalize(z: Tensor<5>, config: &WanConfig) -> Tensor<5> {
+    let device = z.device();
+    let c = config.z_dim;
+    let shape = [1, c, 1, 1, 1];
+    let mean = Tensor::<1>::from_floats(config.latents_mean.as_slice(), &device).reshape(shape);
+    let std = Tensor::<1>::from_floats(config.latents_std.as_slice(), &device).reshape(shape);
+    let dtype = z.dtype();
+    z * std.cast(dtype) + mean.cast(dtype)
+}
