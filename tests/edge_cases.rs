@@ -228,3 +228,65 @@ fn huge_and_tiny_magnitudes_are_rescued() {
         }
     }
 }
+
+/// More than 2^31 elements (32-bit indexing would wrap): rows at the start, the middle and the
+/// end (past element 2^31) against the f64 reference, over the last axis and over the channel
+/// axis of a channels-first video tensor. About 9 GB of device memory each.
+#[test]
+#[ignore = "large: run on a GPU with --ignored"]
+fn more_than_two_to_the_31_elements() {
+    use burn::tensor::{Distribution, Tensor, s};
+    let device = device();
+    let mut rng = rng("2^31 elements");
+    let eps = 1e-6;
+
+    let channels = 256;
+    let rows = (1usize << 31) / channels + 5;
+    let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), DType::BF16);
+    let x = Tensor::<2>::random(
+        [rows, channels],
+        Distribution::Normal(0.0, 1.0),
+        (&device, DType::BF16),
+    );
+    let y = rms_norm_silu(
+        x.clone(),
+        tensor(&gamma, [channels], DType::BF16, &device),
+        eps,
+    );
+    for row in [0, 1, rows / 2, rows - 3, rows - 2, rows - 1] {
+        let xr = values(x.clone().slice(s![row..row + 1, ..]));
+        let want = reference(&xr, &gamma, NormParams::rms(eps), Activation::Silu);
+        let got = values(y.clone().slice(s![row..row + 1, ..]));
+        assert_close(&got, &want, 2e-2, 2e-2, &format!("row {row} of {rows}"));
+    }
+    drop((x, y));
+
+    // [B, C, T, H, W] normalised over C (the channels-first kernel).
+    let (c, t, h, w) = (96, 7, 1000, 3200);
+    assert!(c * t * h * w > 1 << 31);
+    let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), DType::BF16);
+    let x = Tensor::<5>::random(
+        [1, c, t, h, w],
+        Distribution::Normal(0.0, 1.0),
+        (&device, DType::BF16),
+    );
+    let y = rms_norm_silu_dim(
+        x.clone(),
+        tensor(&gamma, [c], DType::BF16, &device),
+        1,
+        RmsNormSiluOptions::rms(eps),
+    );
+    for (ti, hi, wi) in [(0, 0, 0), (3, 500, 1600), (6, 999, 3198), (6, 999, 3199)] {
+        let at = s![.., .., ti..ti + 1, hi..hi + 1, wi..wi + 1];
+        let xr = values(x.clone().slice(at));
+        let want = reference(&xr, &gamma, NormParams::rms(eps), Activation::Silu);
+        let got = values(y.clone().slice(at));
+        assert_close(
+            &got,
+            &want,
+            2e-2,
+            2e-2,
+            &format!("position ({ti}, {hi}, {wi})"),
+        );
+    }
+}
