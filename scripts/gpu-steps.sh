@@ -114,10 +114,10 @@ for step in "${steps[@]}"; do
         wanprobe) # Where the decode's time and memory go, without diffusers: the full-size decoder
              # with random weights on a random 480p latent of WAN_FRAMES (default 21) latent
              # frames, the assembly timed both ways (--probe-assembly), cubecl's memory events in
-             # wanprobe-memory.log; then the same without the synchronisation around each call
-             # (--lazy), with the pools' free pages released after each frame (--release-memory),
-             # and on one CUDA stream (cubecl's streaming policy "single"). Each run's peak from
-             # nvidia-smi and from cubecl's pools.
+             # wanprobe-memory.log; then the same with the pools' free pages kept
+             # (--release-memory-every 0) or released every 4 frames instead of every frame, and
+             # with a synchronisation around each call. Each run's peak from nvidia-smi and from
+             # cubecl's pools.
              wanrun() { # name, cubecl.toml addition, wan arguments...
                  local name=$1 extra=$2; shift 2
                  cp gpu/cubecl.toml gpu/cubecl.toml.plain; printf '%b' "$extra" >> gpu/cubecl.toml
@@ -129,9 +129,9 @@ for step in "${steps[@]}"; do
                  echo "== $name $*"; grep -vE "^latent frame|^Wan VAE|^latent \[|^81 frames" "$out/$name.log" | cut -c1-400
              }
              wanrun wanprobe "\n[memory.logger]\nfile = \"$out/wanprobe-memory.log\"\nlevel = \"basic\"\n" --probe-assembly
-             wanrun wanprobe-lazy "" --no-profile --lazy
-             wanrun wanprobe-release "" --no-profile --release-memory
-             wanrun wanprobe-single "\n[streaming]\npolicy = \"single\"\n" --no-profile ;;
+             wanrun wanprobe-keep "" --no-profile --release-memory-every 0
+             wanrun wanprobe-every4 "" --no-profile --release-memory-every 4
+             wanrun wanprobe-synced "" --no-profile --sync-calls on ;;
         wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side
              # with diffusers on the same weights and latent: WAN_FRAMES latent frames (default
              # "3 21"); peak GPU memory sampled by nvidia-smi; the PSNR of each video against

@@ -216,7 +216,11 @@ impl WanDecoder {
         for i in 0..t {
             let chunk = x.clone().slice(s![.., i..i + 1]);
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
+            let device = out.device();
             on_frame(i, out);
+            if ctx.release_memory_every > 0 && (i + 1) % ctx.release_memory_every == 0 {
+                device.memory_cleanup();
+            }
         }
         Ok(())
     }

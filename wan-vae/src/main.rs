@@ -90,18 +90,25 @@ struct Args {
     /// compiled-in one.
     #[arg(long, value_name = "FILE")]
     conv_table: Option<PathBuf>,
-    /// No device synchronisation around each norm, convolution and attention call (Burn's
-    /// fusion then queues a latent frame's operations; for comparison)
-    #[arg(long)]
-    lazy: bool,
+    /// A device synchronisation around each norm, convolution and attention call; by default
+    /// on the CubeCL CPU runtime only (measured faster there, slower on CUDA, where Burn's
+    /// fusion queues a latent frame's operations)
+    #[arg(long, value_enum)]
+    sync_calls: Option<Switch>,
     /// Also time the video's assembly from the decoded chunks twice each way: one
     /// concatenation, and slice assignments into a zero video (before the timed assembly)
     #[arg(long)]
     probe_assembly: bool,
-    /// Give the memory pools' free pages back to the driver after each latent frame (cubecl's
-    /// memory cleanup), for the peak-memory comparison
-    #[arg(long)]
-    release_memory: bool,
+    /// Give the memory pools' free pages back to the driver after every N latent frames
+    /// (cubecl's memory cleanup); 0: never
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    release_memory_every: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -122,7 +129,7 @@ enum Precision {
     Bf16,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum DeviceKind {
     Cpu,
     Cuda,
@@ -134,10 +141,10 @@ fn fail(message: &str) -> ! {
 }
 
 /// CUDA when a driver and a device answer, else the CubeCL CPU runtime.
-fn pick_device(kind: Option<DeviceKind>) -> (Device, &'static str) {
+fn pick_device(kind: Option<DeviceKind>) -> (Device, DeviceKind, &'static str) {
     match kind {
-        Some(DeviceKind::Cuda) => return (Device::cuda(0), "CUDA device 0"),
-        Some(DeviceKind::Cpu) => return (cpu_runtime(), "CubeCL CPU runtime"),
+        Some(DeviceKind::Cuda) => return (Device::cuda(0), DeviceKind::Cuda, "CUDA device 0"),
+        Some(DeviceKind::Cpu) => return (cpu_runtime(), DeviceKind::Cpu, "CubeCL CPU runtime"),
         None => {}
     }
     if std::path::Path::new("/dev/nvidiactl").exists() {
@@ -147,10 +154,14 @@ fn pick_device(kind: Option<DeviceKind>) -> (Device, &'static str) {
             (t == 4.0).then_some(d)
         });
         if let Ok(Some(d)) = probe {
-            return (d, "CUDA device 0");
+            return (d, DeviceKind::Cuda, "CUDA device 0");
         }
     }
-    (cpu_runtime(), "CubeCL CPU runtime (no GPU found)")
+    (
+        cpu_runtime(),
+        DeviceKind::Cpu,
+        "CubeCL CPU runtime (no GPU found)",
+    )
 }
 
 #[cfg(feature = "cpu")]
@@ -186,7 +197,7 @@ fn main() {
     let process_start = Instant::now();
     let _ = log::set_logger(&StderrWarnings).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let args = Args::parse();
-    let (device, device_name) = pick_device(args.device);
+    let (device, device_kind, device_name) = pick_device(args.device);
     let dtype = match args.dtype {
         Precision::F32 => DType::F32,
         Precision::Bf16 => DType::BF16,
@@ -300,16 +311,16 @@ fn main() {
     // The same calls and synchronisations as the timed decode: Burn's fusion compiles (and
     // autotunes) a kernel per sequence of operations between two synchronisations, so a
     // warm-up that synchronises elsewhere leaves kernels for the timed decode to compile.
-    let sync_calls = !args.lazy;
-    let warm_ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
-    let (_, warm_times) = timed_decode(
-        &decoder,
-        z.clone(),
-        &warm_ctx,
-        false,
-        false,
-        args.release_memory,
-    );
+    let sync_calls = match args.sync_calls {
+        Some(switch) => switch == Switch::On,
+        None => matches!(device_kind, DeviceKind::Cpu),
+    };
+    let context = |profile: bool| {
+        Ctx::new(fused, profile)
+            .with_sync_calls(sync_calls)
+            .with_release_memory_every(args.release_memory_every)
+    };
+    let (_, warm_times) = timed_decode(&decoder, z.clone(), &context(false), false, false);
     println!(
         "warm-up decode (compiles the kernels): {:.2} s; first latent frame decoded {:.2} s after \
          the program started",
@@ -317,15 +328,13 @@ fn main() {
         (warm.duration_since(process_start) + warm_times.per_frame[0]).as_secs_f64()
     );
 
-    let ctx = Ctx::new(fused, false).with_sync_calls(sync_calls);
     let start = Instant::now();
     let (video, times) = timed_decode(
         &decoder,
         z.clone(),
-        &ctx,
+        &context(false),
         true,
         args.probe_assembly,
-        args.release_memory,
     );
     let total = start.elapsed();
     let per_frame = times.per_frame;
@@ -335,25 +344,18 @@ fn main() {
         times.assembly.as_secs_f64() * 1e3
     );
     println!(
-        "memory at its peak (sampled after each latent frame{}): {}",
-        if args.release_memory {
-            ", free pages released"
-        } else {
-            ""
+        "memory at its peak (sampled after each latent frame; free pages {}): {}",
+        match args.release_memory_every {
+            0 => "kept".to_string(),
+            1 => "released after every frame".to_string(),
+            n => format!("released every {n} frames"),
         },
         times.memory.describe()
     );
-    let profiled = Ctx::new(fused, true);
+    let profiled = context(true);
     let profiled_total = if profile {
         let start = Instant::now();
-        let _ = timed_decode(
-            &decoder,
-            z.clone(),
-            &profiled,
-            false,
-            false,
-            args.release_memory,
-        );
+        let _ = timed_decode(&decoder, z.clone(), &profiled, false, false);
         start.elapsed()
     } else {
         Duration::ZERO
@@ -378,7 +380,7 @@ fn main() {
         // The same decode with the norm sites composed from Burn ops: the fused op must not
         // change the video beyond rounding.
         let check = decoder
-            .decode(z_check, &Ctx::new(!fused, false), |_, _| {})
+            .decode(z_check, &context(false).with_fused(!fused), |_, _| {})
             .unwrap_or_else(|e| fail(&e.to_string()));
         let (a, b) = (flat(video.clone()), flat(check));
         println!(
@@ -409,7 +411,7 @@ fn main() {
         if sync_calls {
             "synchronised around each call"
         } else {
-            "--lazy: no synchronisation between frames"
+            "no synchronisation between frames"
         }
     );
     if profile {

@@ -10,7 +10,6 @@ pub(crate) fn timed_decode(
     ctx: &Ctx,
     show_progress: bool,
     probe: bool,
-    release_memory: bool,
 ) -> (Tensor<5>, DecodeTimes) {
     let latent_frames = z.dims()[2];
     let bar = if show_progress {
@@ -33,9 +32,6 @@ pub(crate) fn timed_decode(
             device.sync().expect("sync");
             per_frame.push(frame_start.elapsed());
             memory.sample(&device);
-            if release_memory {
-                device.memory_cleanup();
-            }
             frame_start = Instant::now();
             bar.inc(1);
             chunks.push(out);

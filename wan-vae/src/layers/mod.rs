@@ -36,13 +36,19 @@ pub struct Ctx {
     /// Synchronise the device around every norm, convolution and attention call and add up
     /// their wall times (costs the synchronisations; for the breakdown, not the total).
     pub profile: bool,
-    /// Synchronise the device around every norm, convolution and attention call (on by
+    /// Synchronise the device around every norm, convolution and attention call (off by
     /// default). Burn's fusion otherwise queues a latent frame's operations until the next
-    /// synchronisation, which was measured slower: the small decoder on the CubeCL CPU runtime
-    /// 2.5 s synchronised against 11.8 s without (2026-12-06), and the full-size decode on an
-    /// H200 1.501 s with a synchronisation around every call against 1.761 s without
-    /// (2026-12-06, commit ad633e4, `results/2026-12-06-h200-wan-decode/wan-21.log`).
+    /// synchronisation. Measured both ways with the same warm-up: on CUDA the queue is faster
+    /// (H100, full-size decode of 21 latent frames: 1.36 s without, 1.61 s with, 2026-12-07,
+    /// `results/2026-12-07-h100-wan-decode-conv/`); on the CubeCL CPU runtime the
+    /// synchronisations are (the small decoder: 2.5 s with, 11.8 s without, 2026-12-06).
     pub sync_calls: bool,
+    /// Give the memory pools' free pages back to the driver (cubecl's memory cleanup) after
+    /// every this many latent frames; 0: never. Without it the freed pages of pools that the
+    /// growing chunk shapes outdate stay with the process: the full-size decode of 21 latent
+    /// frames held 14.4 GB (nvidia-smi) for 2.7 GiB of live tensors, and 8.0 GB with a cleanup
+    /// after every frame, 7 % slower (H100, 2026-12-07).
+    pub release_memory_every: usize,
     pub norm_time: Cell<Duration>,
     pub conv_time: Cell<Duration>,
     pub attention_time: Cell<Duration>,
@@ -61,7 +67,8 @@ impl Ctx {
         Self {
             fused,
             profile,
-            sync_calls: true,
+            sync_calls: false,
+            release_memory_every: 1,
             norm_time: Cell::new(Duration::ZERO),
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
@@ -75,6 +82,19 @@ impl Ctx {
     /// The same context with `sync_calls` set.
     pub fn with_sync_calls(self, sync_calls: bool) -> Self {
         Self { sync_calls, ..self }
+    }
+
+    /// The same context with `fused` set.
+    pub fn with_fused(self, fused: bool) -> Self {
+        Self { fused, ..self }
+    }
+
+    /// The same context with `release_memory_every` set.
+    pub fn with_release_memory_every(self, release_memory_every: usize) -> Self {
+        Self {
+            release_memory_every,
+            ..self
+        }
     }
 
     /// Runs `f` between two device synchronisations (unless `sync_calls` and `profile` are
