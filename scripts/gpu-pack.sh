@@ -38,7 +38,7 @@ for w in "${what[@]}"; do
         # and rebuilds Burn.)
         wan) cargo build --release --workspace --bins
              bin=target/release/wan-vae ;;
-        wan-tests) bin=$(cargo test --release -p wan-vae \
+        wan-tests) bin=$(cargo test --release --workspace \
                  --test decoder --no-run --message-format=json 2>/dev/null | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
