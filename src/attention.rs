@@ -60,10 +60,16 @@ mod cube {
     use burn_cubecl::CubeBackend;
     use burn_cubecl::kernel::attention::flash_attention;
     use burn_cubecl::kernel::cast;
-    use burn_cubecl::kernel::matmul::{MatmulStrategy, matmul};
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::kernel::matmul::{MatmulStrategy, init_matmul_output, matmul};
     use burn_cubecl::tensor::CubeTensor;
+    use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
     use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
     use rmsnorm_silu_kernels::cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
+    use rmsnorm_silu_kernels::cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+    use rmsnorm_silu_kernels::cubek::matmul::launch::launch_ref;
+    use rmsnorm_silu_kernels::cubek::matmul::{multi_level, strategy::Strategy as MatmulRoutine};
+    use rmsnorm_silu_kernels::cubek::std::InputBinding;
 
     use super::AttentionBackend;
 
@@ -122,14 +128,52 @@ mod cube {
         let dtype = q.dtype;
         let head_dim = q.meta.shape()[3];
         let kt = CubeBackend::float_swap_dims(k, 2, 3);
-        let scores = matmul(q, kt, None, MatmulStrategy::Cube, DType::F32)
-            .expect("the default matmul routine runs on every device");
+        let scores = product(q, kt, DType::F32);
         let scores = CubeBackend::float_mul_scalar(scores, (1.0 / (head_dim as f64).sqrt()).into());
         let max = CubeBackend::float_max_dim(scores.clone(), 3);
         let weights = CubeBackend::float_exp(CubeBackend::float_sub(scores, max));
         let sum = CubeBackend::float_sum_dim(weights.clone(), 3);
         let probabilities = cast(CubeBackend::float_div(weights, sum), dtype);
-        matmul(probabilities, v, None, MatmulStrategy::Cube, dtype)
-            .expect("the default matmul routine runs on every device")
+        product(probabilities, v, dtype)
+    }
+
+    /// `lhs @ rhs` on cubek's default routine, or its naive one where the default refuses the
+    /// device: the default's routine without tensor cores asks for a fixed 45,056 bytes of
+    /// shared memory, which the CubeCL CPU runtime (shared memory = the host's L1d, 32 KiB on
+    /// some CPUs) does not have.
+    fn product(lhs: CubeTensor, rhs: CubeTensor, dtype: DType) -> CubeTensor {
+        let refusal = match matmul(lhs.clone(), rhs.clone(), None, MatmulStrategy::Cube, dtype) {
+            Ok(out) => return out,
+            Err(e) => format!("{e:?}"),
+        };
+        let [lhs, rhs] = [lhs, rhs].map(into_contiguous);
+        let out = init_matmul_output(&lhs, &rhs, dtype);
+        let elem = |dtype: DType| match dtype {
+            DType::F32 => ElemType::Float(FloatKind::F32),
+            DType::F16 => ElemType::Float(FloatKind::F16),
+            DType::BF16 => ElemType::Float(FloatKind::BF16),
+            other => panic!("attention: {other:?} tensors are not supported"),
+        };
+        let (lhs_type, rhs_type) = (elem(lhs.dtype), elem(rhs.dtype));
+        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+            lhs: lhs_type,
+            rhs: rhs_type,
+            out: elem(dtype),
+        });
+        let client = out.client.clone();
+        launch_ref(
+            &MatmulRoutine::MultiLevel(multi_level::Strategy::Naive),
+            &client,
+            InputBinding::new(lhs.binding(), lhs_type),
+            InputBinding::new(rhs.binding(), rhs_type),
+            out.clone().binding(),
+            &mut dtypes,
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "attention: cubek's default matmul ({refusal}) and its naive one ({e:?}) refused"
+            )
+        });
+        out
     }
 }
