@@ -35,16 +35,17 @@ use crate::rescue::{prescale, small_eps};
 use crate::row_io::{widen, words_to_f32};
 use crate::validate::{cube_dim, lane_layout_error};
 
+mod block;
 mod encode;
 mod launch;
 mod load;
 mod selection;
 
+use block::{clamp_e4m3, write_block};
 pub use encode::{
     E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code,
     has_pair_encoder, packed_word,
 };
-use encode::{clamp_e4m3, write_block};
 pub use launch::{Fp4Target, launch_codec_probe, launch_forward_nvfp4, rms_norm_nvfp4_codec_probe};
 use load::{
     BlockAt, fill_gamma_shared, load_f32, load_gamma_block, load_lane_gamma, load_lane_raw,
