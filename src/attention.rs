@@ -63,7 +63,6 @@ mod cube {
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::kernel::matmul::{MatmulStrategy, init_matmul_output, matmul};
     use burn_cubecl::tensor::CubeTensor;
-    use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
     use rmsnorm_silu_kernels::cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
     use rmsnorm_silu_kernels::cubek::attention::forward::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
     use rmsnorm_silu_kernels::cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
@@ -72,6 +71,7 @@ mod cube {
     use rmsnorm_silu_kernels::cubek::std::InputBinding;
 
     use super::AttentionBackend;
+    use crate::cube::elem_type;
 
     /// Planes per cube for the flash routine, tried in turn (for one head of 384 channels only
     /// some divide the tile; cubek refuses the others).
@@ -148,12 +148,7 @@ mod cube {
         };
         let [lhs, rhs] = [lhs, rhs].map(into_contiguous);
         let out = init_matmul_output(&lhs, &rhs, dtype);
-        let elem = |dtype: DType| match dtype {
-            DType::F32 => ElemType::Float(FloatKind::F32),
-            DType::F16 => ElemType::Float(FloatKind::F16),
-            DType::BF16 => ElemType::Float(FloatKind::BF16),
-            other => panic!("attention: {other:?} tensors are not supported"),
-        };
+        let elem = |dtype| elem_type(dtype, "attention: the operands");
         let (lhs_type, rhs_type) = (elem(lhs.dtype), elem(rhs.dtype));
         let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
             lhs: lhs_type,

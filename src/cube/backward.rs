@@ -57,7 +57,10 @@ pub(crate) fn rows_backward(
     let channels = shape[shape.num_dims() - 1];
     let rows = shape.num_elements() / channels;
     let gd = into_contiguous(gamma.clone());
-    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let (x_type, gamma_type) = (
+        elem_type(x.dtype, "rms_norm_silu: `x`"),
+        elem_type(gamma.dtype, "rms_norm_silu: `gamma`"),
+    );
     let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
     let dgamma = empty_device_contiguous_dtype(
         gamma.client.clone(),
@@ -109,7 +112,10 @@ pub(crate) fn backward_dim(
         let (dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
         return Some((moved.restore(dx), dgamma));
     }
-    let (x_type, gamma_type) = (elem_type(x.dtype, "x"), elem_type(gamma.dtype, "gamma"));
+    let (x_type, gamma_type) = (
+        elem_type(x.dtype, "rms_norm_silu: `x`"),
+        elem_type(gamma.dtype, "rms_norm_silu: `gamma`"),
+    );
     let gd = into_contiguous(gamma.clone());
     let dgamma = empty_device_contiguous_dtype(
         gamma.client.clone(),

@@ -143,8 +143,8 @@ pub fn forward_dim(
         return moved.restore(forward(rows, gamma, norm, activation));
     }
     let shape = x.shape();
-    let x_type = elem_type(x.dtype, "x");
-    let gamma_type = elem_type(gamma.dtype, "gamma");
+    let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
+    let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
     let x = into_contiguous(x);
     let gamma = into_contiguous(gamma);
     let out =
@@ -201,14 +201,15 @@ impl DimLast {
     }
 }
 
-/// The cubecl element type of a float dtype the kernel accepts.
-fn elem_type(dtype: DType, argument: &str) -> ElemType {
+/// The cubecl element type of a float dtype the kernels accept; the panic names `what` (the
+/// op and argument) otherwise.
+pub(crate) fn elem_type(dtype: DType, what: &str) -> ElemType {
     match dtype {
         DType::F64 => ElemType::Float(FloatKind::F64),
         DType::F32 => ElemType::Float(FloatKind::F32),
         DType::F16 => ElemType::Float(FloatKind::F16),
         DType::BF16 => ElemType::Float(FloatKind::BF16),
-        other => panic!("rms_norm_silu: `{argument}` must be f64, f32, f16 or bf16, got {other:?}"),
+        other => panic!("{what} must be f64, f32, f16 or bf16, got {other:?}"),
     }
 }
 
@@ -347,8 +348,8 @@ impl RowInputs {
         let shape = x.shape();
         let channels = shape[shape.num_dims() - 1];
         let rows = shape.num_elements().checked_div(channels).unwrap_or(0);
-        let x_type = elem_type(x.dtype, "x");
-        let gamma_type = elem_type(gamma.dtype, "gamma");
+        let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
+        let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
         let x = if x.meta.is_tiled() || row_pitch(x.meta.shape(), x.meta.strides()).is_none() {
             into_contiguous(x)
         } else {

@@ -212,11 +212,11 @@ impl WanDecoder {
         let x = self
             .post_quant_conv
             .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
+        let device = x.device();
         let mut cache = FrameCache::default();
         for i in 0..t {
             let chunk = x.clone().slice(s![.., i..i + 1]);
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
-            let device = out.device();
             on_frame(i, out);
             if ctx.release_memory_every > 0 && (i + 1) % ctx.release_memory_every == 0 {
                 device.memory_cleanup();

@@ -18,5 +18,5 @@ pub mod weights;
 
 pub use config::WanConfig;
 pub use decoder::{LatentError, WanDecoder};
-pub use layers::{Ctx, denormalize};
+pub use layers::{Ctx, MemoryPeak, denormalize};
 pub use weights::{WeightError, Weights};

@@ -440,7 +440,7 @@ fn main() {
              at most {:.2} GiB in live tensors after a call",
             profiled_total.as_secs_f64(),
             shown.join(", "),
-            profiled.peak_in_use.get() as f64 / (1u64 << 30) as f64
+            profiled.peak_memory.get().in_use as f64 / (1u64 << 30) as f64
         );
     }
     if args.no_write {

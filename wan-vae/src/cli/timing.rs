@@ -1,6 +1,7 @@
 //! The binary's timed decode: per latent frame, the tail, the assembly, and the memory pools' peak.
 
 use crate::*;
+use wan_vae::MemoryPeak;
 
 /// Decodes `z` with a device sync after every latent frame: the video and each latent frame's
 /// wall time. With `show_progress`, a progress bar on stderr (drawn only on a terminal).
@@ -31,7 +32,7 @@ pub(crate) fn timed_decode(
             let device = out.device();
             device.sync().expect("sync");
             per_frame.push(frame_start.elapsed());
-            memory.sample(&device);
+            memory = memory.sample(&device);
             frame_start = Instant::now();
             bar.inc(1);
             chunks.push(out);
@@ -69,7 +70,7 @@ pub(crate) fn timed_decode(
     let video = decoder.assemble(chunks);
     video.device().sync().expect("sync");
     let assembly = start.elapsed();
-    memory.sample(&video.device());
+    memory = memory.sample(&video.device());
     bar.finish_and_clear();
     let times = DecodeTimes {
         per_frame,
@@ -78,32 +79,6 @@ pub(crate) fn timed_decode(
         memory,
     };
     (video, times)
-}
-
-/// The largest use of the backend's memory pools seen: bytes in live tensors and bytes the
-/// pools hold from the driver (zero where the backend does not report them).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct MemoryPeak {
-    in_use: u64,
-    reserved: u64,
-}
-
-impl MemoryPeak {
-    fn sample(&mut self, device: &Device) {
-        if let Some(usage) = device.memory_pool_usage() {
-            self.in_use = self.in_use.max(usage.bytes_in_use);
-            self.reserved = self.reserved.max(usage.bytes_reserved);
-        }
-    }
-
-    pub(crate) fn describe(&self) -> String {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        format!(
-            "{:.2} GiB in live tensors, {:.2} GiB held by the memory pools",
-            gib(self.in_use),
-            gib(self.reserved)
-        )
-    }
 }
 
 /// Wall times of one decode with a device sync after every latent frame.

@@ -57,9 +57,39 @@ pub struct Ctx {
     /// Residual additions.
     pub add_time: Cell<Duration>,
     pub norm_calls: Cell<usize>,
-    /// When profiling: the most bytes in live tensors seen after a call (zero where the
-    /// backend does not report its memory pools).
-    pub peak_in_use: Cell<u64>,
+    /// When profiling: the memory pools' peak, sampled after each call.
+    pub peak_memory: Cell<MemoryPeak>,
+}
+
+/// The largest use of the backend's memory pools seen: bytes in live tensors and bytes the
+/// pools hold from the driver (zero where the backend does not report them).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryPeak {
+    pub in_use: u64,
+    pub reserved: u64,
+}
+
+impl MemoryPeak {
+    /// This peak raised to `device`'s current use.
+    pub fn sample(self, device: &Device) -> Self {
+        match device.memory_pool_usage() {
+            Some(usage) => Self {
+                in_use: self.in_use.max(usage.bytes_in_use),
+                reserved: self.reserved.max(usage.bytes_reserved),
+            },
+            None => self,
+        }
+    }
+
+    /// `X GiB in live tensors, Y GiB held by the memory pools`.
+    pub fn describe(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        format!(
+            "{:.2} GiB in live tensors, {:.2} GiB held by the memory pools",
+            gib(self.in_use),
+            gib(self.reserved)
+        )
+    }
 }
 
 impl Ctx {
@@ -75,7 +105,7 @@ impl Ctx {
             join_time: Cell::new(Duration::ZERO),
             add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
-            peak_in_use: Cell::new(0),
+            peak_memory: Cell::new(MemoryPeak::default()),
         }
     }
 
@@ -114,10 +144,7 @@ impl Ctx {
         device.sync().expect("device sync");
         if self.profile {
             into.set(into.get() + start.elapsed());
-            if let Some(usage) = device.memory_pool_usage() {
-                self.peak_in_use
-                    .set(self.peak_in_use.get().max(usage.bytes_in_use));
-            }
+            self.peak_memory.set(self.peak_memory.get().sample(device));
         }
         y
     }
