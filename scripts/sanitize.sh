@@ -6,8 +6,9 @@
 # shared / global, several rows per unit, capped grids, fast_math), every tuned table entry
 # (sm90 and the valid sm100 ones), the heuristic and table-derived fallbacks, the FP8 output,
 # the rescue pass for out-of-range rows, pitched rows, the channels-first kernel, channels-last
-# strides and copied layouts, and the backward (autodiff) path. Only this crate's kernels are
-# instrumented (`rms_norm_*`); Burn's own kernels run unchecked.
+# strides and copied layouts, and the backward (autodiff) path. Only this crate's norm kernels
+# are instrumented there (`rms_norm_*`); a second pass per tool runs the convolution tests with
+# every kernel instrumented (the direct convolution, cubek's implicit GEMMs).
 #
 # Usage (on the device): bash scripts/sanitize.sh [tool...]   (default: all four)
 # Logs: ${OUT:-gpu/out}/sanitize-<tool>.log; prints one summary line per tool and exits
@@ -41,18 +42,34 @@ case "$out" in /*) ;; *) out="../$out" ;; esac
 # initcheck tracks which bytes were written only through instrumented kernels and copies, so
 # it instruments every kernel (Burn's too): with the filter it would call Burn-written buffers
 # uninitialised.
+# One tool over the suite with this crate's norm kernels instrumented; then (unless
+# SANITIZE_CONV=0) over the convolution tests with every kernel instrumented: the direct
+# convolution, cubek's implicit GEMMs on the table's configurations, and the Burn ops around them.
 run_tool() {
-    local tool=$1 log="$out/sanitize-$1.log" start extra=() filter=("${only[@]}")
+    local tool=$1 rc=0
+    run_pass "$tool" "$tool" "${only[@]}" -- ${tests[@]+"${tests[@]}"} || rc=1
+    if [ "${SANITIZE_CONV:-1}" != 0 ]; then
+        run_pass "$tool" "$tool-conv" -- conv:: || rc=1
+    fi
+    return $rc
+}
+run_pass() {
+    local tool=$1 name=$2 start extra=() filter=() args=()
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do filter+=("$1"); shift; done
+    shift
+    args=("$@")
+    local log="$out/sanitize-$name.log"
     start=$(date +%s)
     [ "$tool" = racecheck ] && extra=(--racecheck-report all)
     [ "$tool" = initcheck ] && filter=()
     timeout "${SANITIZE_TIMEOUT:-170}" "$sanitizer" --tool "$tool" ${filter[@]+"${filter[@]}"} \
         --print-limit 20 --error-exitcode 99 ${extra[@]+"${extra[@]}"} \
-        ./tests ${tests[@]+"${tests[@]}"} --test-threads=4 > "$log" 2>&1
+        ./tests ${args[@]+"${args[@]}"} --test-threads=4 > "$log" 2>&1
     local rc=$?
     summary=$(grep -E "(ERROR|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)
     result=$(grep -E "^test result" "$log" | tail -1)
-    echo "$tool: rc=$rc in $(( $(date +%s) - start )) s; ${summary:-no summary}; ${result:-no test result}"
+    echo "$name: rc=$rc in $(( $(date +%s) - start )) s; ${summary:-no summary}; ${result:-no test result}"
     return $rc
 }
 # Warm-up without a sanitizer: Burn's autotuners (matmul, reduce) copy *output* buffers to

@@ -1,7 +1,8 @@
 //! Channels-last 3D convolutions for the Wan decoder's layers: on CUDA, cubek's
 //! implicit-GEMM kernel on tensor cores with a configuration from the measured table
-//! (`rmsnorm_silu_kernels::conv`); elsewhere (the CubeCL CPU runtime, Flex, NdArray) Burn's
-//! own `conv3d` on the same memory, which costs no copy either: Burn's CubeCL convolutions
+//! (`rmsnorm_silu_kernels::conv`); layers of at most four output channels on this crate's
+//! direct kernel (CUDA and the CubeCL CPU runtime); elsewhere (the other shapes on the CPU
+//! runtime, Flex, NdArray) Burn's own `conv3d` on the same memory, which costs no copy either: Burn's CubeCL convolutions
 //! take channels-last memory presented as `[B, C, T, H, W]` through strides.
 
 // The macro-generated dispatch names the deprecated NdArray backend.
@@ -379,7 +380,8 @@ fn same_dtype_and_device(
 /// On CUDA it runs cubek's implicit GEMM on tensor cores (bf16 / f16 via `mma.sync` or wmma,
 /// f32 through tf32) in the configuration the measured table gives for the shape
 /// (`kernels/lut/sm90_conv.txt`), else cubek's own selection; padded positions read zero by
-/// predication. Elsewhere Burn's `conv3d`.
+/// predication. At most four output channels (the decoder's `conv_out`) run this crate's direct
+/// kernel on CUDA cores, on every CubeCL runtime. Elsewhere Burn's `conv3d`.
 ///
 /// # Panics
 /// With a message naming the argument when the shapes do not fit together (see
@@ -465,7 +467,7 @@ mod cube {
                 factor: [1, 1, 1],
                 padding: [padding; super::MAX_PHASES],
             };
-            match implicit_gemm(&x, &weight, &bias, &phases, out_dims) {
+            match launch_phases(&x, &weight, &bias, &phases, out_dims) {
                 Some(out) => out,
                 None => direct(x, weight, bias, padding),
             }
@@ -480,7 +482,7 @@ mod cube {
             let out_dims =
                 phased_output_shape(&x.shape(), &weights.shape(), &bias.shape(), &phases)
                     .expect("checked by conv3d_channels_last_phases");
-            match implicit_gemm(&x, &weights, &bias, &phases, out_dims) {
+            match launch_phases(&x, &weights, &bias, &phases, out_dims) {
                 Some(out) => out,
                 None => phases_with::<Self>(x, weights, bias, phases, direct),
             }
@@ -499,11 +501,12 @@ mod cube {
         }
     }
 
-    /// cubek's implicit GEMM, one launch per phase (the table's configuration, else cubek's
-    /// own), each writing its positions of one dense `out_dims` result; or None where it does
-    /// not run: no tensor cores (the CubeCL CPU runtime's planes of one), a dtype other than
-    /// f32 / f16 / bf16, or a refused configuration (logged).
-    fn implicit_gemm(
+    /// One launch per phase, each writing its positions of one dense `out_dims` result: the
+    /// direct kernel for at most four output channels (any CubeCL runtime), else cubek's
+    /// implicit GEMM (the table's configuration, else cubek's own); or None where neither runs:
+    /// no tensor cores (the CubeCL CPU runtime's planes of one), a dtype other than f32 / f16
+    /// / bf16, or a refused configuration (logged).
+    fn launch_phases(
         x: &CubeTensor,
         weights: &CubeTensor,
         bias: &CubeTensor,
@@ -511,9 +514,7 @@ mod cube {
         out_dims: [usize; 5],
     ) -> Option<CubeTensor> {
         let client = &x.client;
-        if client.properties().hardware.plane_size_max < 32 {
-            return None;
-        }
+        let tensor_cores = client.properties().hardware.plane_size_max >= 32;
         let elem = match x.dtype {
             DType::F32 => ElemType::Float(FloatKind::F32),
             DType::F16 => ElemType::Float(FloatKind::F16),
@@ -570,6 +571,8 @@ mod cube {
             if choice != ConvChoice::Inferred {
                 tried.push(ConvChoice::Inferred);
             }
+            // cubek's kernels need tensor cores (not the CPU runtime's planes of one).
+            tried.retain(|c| tensor_cores || matches!(c, ConvChoice::Direct(_)));
             let launched = tried.into_iter().any(|choice| {
                 let operands = ConvOperands {
                     input: x.clone().binding(),
@@ -584,7 +587,7 @@ mod cube {
                 };
                 let result = launch_conv(client, operands, elem, &shape, &choice);
                 if let Err(e) = &result {
-                    log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e:?}");
+                    log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e}");
                 }
                 result.is_ok()
             });

@@ -130,6 +130,65 @@ fn matches_the_host_convolution() {
     }
 }
 
+/// Layers of at most four output channels (the decoder's `conv_out`) run the crate's direct
+/// kernel: outputs spanning several of its 32 x 32 tiles with partial edge tiles, the first
+/// chunk's zero frames, several output frames, channel counts that allow vectors of 8, 4 and 1,
+/// and a chunk of channels that is partly past `C_in`.
+#[test]
+fn narrow_outputs_match_the_host_convolution() {
+    let device = device();
+    let mut rng = rng("conv3d_channels_last narrow");
+    let cases: [([usize; 5], [usize; 5], ConvPadding); 4] = [
+        (
+            [1, 3, 37, 45, 24],
+            [3, 3, 3, 3, 24],
+            ConvPadding::causal(0, 1),
+        ),
+        (
+            [1, 1, 33, 9, 20],
+            [3, 3, 3, 3, 20],
+            ConvPadding::causal(2, 1),
+        ),
+        ([2, 4, 5, 70, 7], [1, 3, 3, 3, 7], ConvPadding::causal(1, 1)),
+        (
+            [1, 2, 65, 3, 16],
+            [4, 1, 3, 3, 16],
+            ConvPadding::causal(0, 1),
+        ),
+    ];
+    for dtype in [DType::F32, DType::BF16] {
+        for (xs, ws, padding) in cases {
+            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+            let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.5, 0.5), dtype);
+            let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
+            let (want, shape) = reference(&x, xs, &w, ws, &b, padding);
+            let got = conv3d_channels_last(
+                tensor::<5>(&x, xs, dtype, &device),
+                tensor::<5>(&w, ws, dtype, &device),
+                tensor::<1>(&b, [ws[0]], dtype, &device),
+                padding,
+            );
+            assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
+            // f32 sums on CUDA: bf16 output rounding, or f32 rounding. On the CPU runtime the
+            // bf16 kernel's sums carry bf16-sized rounding although they are declared f32
+            // (measured: max error 1.7e-2 of the output's scale at K = 648, every input and
+            // weight converted exactly; the f32 kernel on the same bf16-exact values is within
+            // 2e-7), as Burn's own convolution there.
+            let rel = match dtype {
+                DType::BF16 if on_gpu() => 1e-2,
+                DType::BF16 => 3e-2,
+                _ => 1e-5,
+            };
+            assert_close_to_scale(
+                &values(got),
+                &want,
+                rel,
+                &format!("direct {dtype:?} {xs:?} * {ws:?} {padding:?}"),
+            );
+        }
+    }
+}
+
 /// Nearest x2 upsampling of H and W then a 3x3 convolution (padding 1), against the four folded
 /// 2x2 phase convolutions of the low-resolution input; odd sizes, batch 2, bf16 and f32.
 #[test]

@@ -1,5 +1,6 @@
 //! The convolution tuner and benchmark (custom harness): the Wan2.1 decoder's convolution
-//! shapes at 480p on cubek's implicit GEMM.
+//! shapes at 480p on cubek's implicit GEMM (and, for at most four output channels, on this
+//! crate's direct kernel).
 //!
 //! ```text
 //! cargo bench --bench conv -- tune [--out DIR] [--only 1,3] [--serial] [--exclude tma,spec_tma]
@@ -18,8 +19,10 @@ use std::time::Instant;
 
 use burn::backend::DispatchDevice;
 use burn::tensor::Device;
+use burn_rmsnorm_silu::kernels::conv::direct::MAX_OUT;
 use burn_rmsnorm_silu::kernels::conv::{
-    ConvChoice, ConvKnobs, ConvOperands, ConvShape, fallback_knobs, launch_conv, select_conv,
+    ConvChoice, ConvKnobs, ConvOperands, ConvShape, DirectKnobs, fallback_knobs, launch_conv,
+    lookup_conv, select_conv,
 };
 use burn_rmsnorm_silu::kernels::cubecl;
 use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};

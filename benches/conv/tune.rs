@@ -3,6 +3,17 @@
 use super::case::*;
 use super::*;
 
+/// The direct kernel's launch shapes the tuner tries on layers of at most four output
+/// channels (tiles of 32 x 32 to 64 x 32 positions, 128 to 256 units, 8 or 16 channels a stage).
+const DIRECT_VARIANTS: [&str; 6] = [
+    "direct.u32x4.r8.c8",
+    "direct.u32x4.r8.c16",
+    "direct.u32x4.r16.c8",
+    "direct.u32x8.r4.c8",
+    "direct.u32x8.r8.c8",
+    "direct.u64x2.r8.c8",
+];
+
 #[derive(Clone, Copy)]
 pub(crate) struct Measured {
     choice: ConvChoice,
@@ -137,6 +148,7 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
             !args.exclude.iter().any(|e| e == routine)
         }
         ConvChoice::Inferred => !args.exclude.iter().any(|e| e == "inferred"),
+        ConvChoice::Direct(_) => !args.exclude.iter().any(|e| e == "direct"),
     };
     for (index, site) in sites {
         let mut table = String::new();
@@ -167,6 +179,12 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
             ConvChoice::Inferred,
             ConvChoice::Knobs(fallback_knobs(&site.shape)),
         ];
+        if site.shape.c_out <= MAX_OUT {
+            for text in DIRECT_VARIANTS {
+                let k = DirectKnobs::parse(text).expect("a valid direct variant");
+                phase1.push(ConvChoice::Direct(k));
+            }
+        }
         for layout in layouts(&site.shape) {
             for alg in ["sync_cyclic", "spec_cyclic"] {
                 phase1.push(ConvChoice::Knobs(knobs(&format!("{alg}.{layout}.sw.db"))));
@@ -247,12 +265,20 @@ pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
     let mut total = [0.0f64; 2];
     for (index, site) in sites {
         let case = Case::new(timer, site.shape, 7 + *index as u64);
-        let mut results = measure_all(
-            timer,
-            &case,
-            &[select_conv(sm, &site.shape), ConvChoice::Inferred],
-            args.serial,
-        );
+        let chosen = select_conv(sm, &site.shape);
+        let mut choices = vec![chosen, ConvChoice::Inferred];
+        // Beside the direct kernel, the implicit GEMM the table or the fallback would run.
+        if let ConvChoice::Direct(_) = chosen {
+            let gemm = sm
+                .and_then(|sm| lookup_conv(sm, &site.shape))
+                .map_or_else(|| fallback_knobs(&site.shape), |e| e.knobs);
+            choices.push(ConvChoice::Knobs(gemm));
+        }
+        let mut results = measure_all(timer, &case, &choices, args.serial);
+        if results.len() == 3 {
+            let gemm = results.pop().expect("three results");
+            report(&mut csv, *index, site, &gemm, "gemm");
+        }
         let inferred = results.pop().expect("two results");
         let table = results.pop().expect("two results");
         report(&mut csv, *index, site, &table, "table");

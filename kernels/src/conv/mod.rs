@@ -8,10 +8,13 @@
 //!   causal temporal padding (all of it in front) is `padding[0] = kT - 1` with `T' = T`;
 //!   padded positions read zero by predication (no padded copy);
 //! - [`knobs`]: one launch configuration ([`ConvKnobs`]) and its text form;
-//! - [`table`]: the per-architecture table of measured configurations and its lookup.
+//! - [`table`]: the per-architecture table of measured configurations and its lookup;
+//! - [`direct`]: a direct convolution on CUDA cores for layers of at most four output
+//!   channels, where a tensor-core tile would be mostly empty.
 //!
 //! The GEMM view: `M = B T' H' W'` output positions, `N = C_out`, `K = C_in kT kH kW`.
 
+pub mod direct;
 pub mod knobs;
 pub mod table;
 
@@ -28,6 +31,7 @@ use cubek::convolution::{
 use cubek::matmul::definition::{AccumulatorOperand, MatmulElems, MatmulGlobalElems};
 use cubek::std::{InputBinding, MatrixLayout};
 
+pub use direct::{DirectKnobs, launch_direct};
 pub use knobs::ConvKnobs;
 pub use table::{ConvEntry, lookup as lookup_conv};
 
@@ -105,6 +109,9 @@ pub enum ConvChoice {
     /// cubek's own selection for its sync-loading wmma routine (what Burn's implicit GEMM
     /// runs without autotune): the fallback for shapes the table does not cover.
     Inferred,
+    /// This crate's direct convolution on CUDA cores ([`direct`]), for at most
+    /// [`direct::MAX_OUT`] output channels.
+    Direct(DirectKnobs),
 }
 
 impl std::fmt::Display for ConvChoice {
@@ -112,11 +119,13 @@ impl std::fmt::Display for ConvChoice {
         match self {
             ConvChoice::Knobs(k) => write!(f, "{k}"),
             ConvChoice::Inferred => f.write_str("inferred"),
+            ConvChoice::Direct(k) => write!(f, "{k}"),
         }
     }
 }
 
-/// The table's configuration for `shape` on a device of compute capability `sm` (x 10), else
+/// [`ConvChoice::Direct`] for at most [`direct::MAX_OUT`] output channels; otherwise the
+/// table's configuration for `shape` on a device of compute capability `sm` (x 10), else
 /// [`fallback_knobs`]. (cubek's own selection, [`ConvChoice::Inferred`], asks for more shared
 /// memory than an sm_90 multiprocessor has on the decoder's shapes (319,488 of 232,448 bytes
 /// at 96 channels), so it is the launch's last resort, not the fallback.)
@@ -127,6 +136,9 @@ impl std::fmt::Display for ConvChoice {
 /// maps take the padding as negative corners), and a failed TMA launch fails every later
 /// launch that reads its output.
 pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
+    if shape.c_out <= direct::MAX_OUT {
+        return ConvChoice::Direct(DirectKnobs::default());
+    }
     let mut knobs = sm
         .and_then(|sm| lookup_conv(sm, shape))
         .map_or_else(|| fallback_knobs(shape), |e| e.knobs);
@@ -223,9 +235,23 @@ fn vector_for(channels: usize, elem: ElemType) -> usize {
 /// module docs lay them out, all of element type `elem` (f32 accumulation inside).
 ///
 /// # Errors
-/// cubek's refusal of the configuration (a tiling that does not fit the device or the shape,
-/// or a device without tensor cores such as the CubeCL CPU runtime).
+/// The refusal of the configuration, in words: cubek's (a tiling that does not fit the device
+/// or the shape, or a device without tensor cores such as the CubeCL CPU runtime) or the direct
+/// kernel's.
 pub fn launch_conv(
+    client: &Client,
+    operands: ConvOperands,
+    elem: ElemType,
+    shape: &ConvShape,
+    choice: &ConvChoice,
+) -> Result<(), String> {
+    if let ConvChoice::Direct(knobs) = choice {
+        return launch_direct(client, operands, elem, shape, knobs);
+    }
+    launch_cubek(client, operands, elem, shape, choice).map_err(|e| format!("{e:?}"))
+}
+
+fn launch_cubek(
     client: &Client,
     operands: ConvOperands,
     elem: ElemType,
@@ -243,6 +269,7 @@ pub fn launch_conv(
             algorithm: ConvAlgorithm::SimpleSyncCyclic,
             tile_kind: AcceleratedTileKind::Cmma,
         },
+        ConvChoice::Direct(_) => unreachable!("launch_conv runs the direct kernel"),
         ConvChoice::Knobs(knobs) => {
             let problem = problem(&input, &weight, &out, shape, elem);
             let hardware = &client.properties().hardware;
