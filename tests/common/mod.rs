@@ -214,6 +214,7 @@ pub fn run_cases<T: Sync>(
     label: impl Fn(usize, &T) -> String + Sync,
     check: impl Fn(&T) + Sync,
 ) -> Vec<String> {
+    let picked: Vec<(usize, &T)> = cases.iter().enumerate().collect();
     let workers = match std::env::var("RMSNORM_TEST_CASE_THREADS").map(|v| v.parse::<usize>()) {
         Ok(Ok(n)) => n.max(1),
         _ if on_gpu() => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
@@ -225,11 +226,7 @@ pub fn run_cases<T: Sync>(
         failures.into_iter().map(move |f| (i, f))
     };
     let mut found: Vec<(usize, String)> = if workers <= 1 {
-        cases
-            .iter()
-            .enumerate()
-            .flat_map(|(i, c)| run(i, c))
-            .collect()
+        picked.iter().flat_map(|&(i, c)| run(i, c)).collect()
     } else {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let found = std::sync::Mutex::new(Vec::new());
@@ -237,8 +234,10 @@ pub fn run_cases<T: Sync>(
             for _ in 0..workers {
                 scope.spawn(|| {
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(case) = cases.get(i) else { break };
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(i, case)) = picked.get(n) else {
+                            break;
+                        };
                         let failed: Vec<_> = run(i, case).collect();
                         found.lock().unwrap().extend(failed);
                     }
@@ -249,6 +248,99 @@ pub fn run_cases<T: Sync>(
     };
     found.sort_by_key(|(i, _)| *i);
     found.into_iter().map(|(_, f)| f).collect()
+}
+
+/// Knob-path case lists longer than this are sampled on a GPU (each case compiles its own
+/// kernels there, ~1.5 s of NVRTC apiece) unless `RMSNORM_TEST_FULL=1`; the CPU runtime runs
+/// every case.
+pub const SAMPLED_CASES: usize = 40;
+
+/// The cases of a knob-path sweep to run: all of them on the CPU runtime, with
+/// `RMSNORM_TEST_FULL=1`, or when there are at most [`SAMPLED_CASES`]; otherwise a seeded sample
+/// (`RMSNORM_TEST_SEED`, see [`rng`]) that covers every value of every knob at least once
+/// (every dotted or spaced part of `key`, as knobs print themselves), topped up at random to
+/// [`SAMPLED_CASES`], in the original order.
+pub fn sample_cases<T>(cases: Vec<T>, key: impl Fn(&T) -> String) -> Vec<T> {
+    let count = cases.len();
+    let full = std::env::var("RMSNORM_TEST_FULL").is_ok_and(|v| v == "1");
+    if full || !on_gpu() || count <= SAMPLED_CASES {
+        return cases;
+    }
+    let keys: Vec<Vec<String>> = cases.iter().map(|c| key_parts(&key(c))).collect();
+    let keep = covering_sample(
+        &keys,
+        SAMPLED_CASES,
+        &mut rng(&format!("sample of {count} cases")),
+    );
+    let sample: Vec<T> = cases
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(c, k)| k.then_some(c))
+        .collect();
+    eprintln!(
+        "running {} of {count} cases, every knob value covered (RMSNORM_TEST_FULL=1 runs all)",
+        sample.len()
+    );
+    sample
+}
+
+/// The knob values of a case's key: its dotted, colon-, comma- or space-separated parts.
+fn key_parts(key: &str) -> Vec<String> {
+    key.split(|c: char| c == '.' || c == ':' || c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Which cases to keep: in a seeded random order, every case that brings a part no earlier
+/// kept case had, then others at random up to `total`.
+fn covering_sample(keys: &[Vec<String>], total: usize, rng: &mut StdRng) -> Vec<bool> {
+    let count = keys.len();
+    let mut order: Vec<usize> = (0..count).collect();
+    for i in (1..count).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    let mut covered = std::collections::HashSet::new();
+    let mut keep = vec![false; count];
+    let mut rest = Vec::new();
+    for i in order {
+        if keys[i].iter().any(|part| !covered.contains(part)) {
+            covered.extend(keys[i].iter().cloned());
+            keep[i] = true;
+        } else {
+            rest.push(i);
+        }
+    }
+    let chosen = keep.iter().filter(|&&k| k).count();
+    for i in rest.into_iter().take(total.saturating_sub(chosen)) {
+        keep[i] = true;
+    }
+    keep
+}
+
+#[test]
+fn knob_samples_cover_every_value() {
+    // 4 x 3 x 5 = 60 combinations of three knobs.
+    let keys: Vec<Vec<String>> = (0..60)
+        .map(|i| key_parts(&format!("l{}.r{}.b{}", i % 4, (i / 4) % 3, i / 12)))
+        .collect();
+    let mut rng = StdRng::seed_from_u64(7);
+    let keep = covering_sample(&keys, 20, &mut rng);
+    assert_eq!(keep.iter().filter(|&&k| k).count(), 20);
+    let parts: std::collections::HashSet<&String> = keys
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .flat_map(|(p, _)| p)
+        .collect();
+    assert_eq!(parts.len(), 4 + 3 + 5, "every value of every knob");
+    // Coverage wins over the total when it needs more cases.
+    let keep = covering_sample(&keys, 2, &mut rng);
+    let n = keep.iter().filter(|&&k| k).count();
+    assert!(
+        (5..=12).contains(&n),
+        "{n} cases to cover 5 values of one knob"
+    );
 }
 
 /// Fails with every recorded failure.
