@@ -4,12 +4,14 @@ use super::case::*;
 use super::*;
 
 /// The direct kernel's launch shapes the tuner tries on layers of at most four output
-/// channels (tiles of 32 x 32 to 64 x 32 positions, 128 to 256 units, 8 or 16 channels a stage).
-const DIRECT_VARIANTS: [&str; 6] = [
+/// channels (tiles of 16 x 32 to 64 x 32 positions, 128 to 256 units, 8 to 32 channels a stage).
+const DIRECT_VARIANTS: [&str; 8] = [
     "direct.u32x4.r8.c8",
     "direct.u32x4.r8.c16",
+    "direct.u32x4.r8.c32",
     "direct.u32x4.r16.c8",
     "direct.u32x8.r4.c8",
+    "direct.u32x8.r4.c16",
     "direct.u32x8.r8.c8",
     "direct.u64x2.r8.c8",
 ];
