@@ -383,7 +383,17 @@ mod tests {
             let weight_vectors = k.stage_k() * k.cube_cols() / 8;
             assert_eq!(weight_vectors % 128, 0, "{c_in} -> {c_out}: {k}");
         }
+        // At most four output channels take the direct kernel, on every device.
+        assert_eq!(
+            select_conv(Some(90), &s),
+            ConvChoice::Direct(DirectKnobs::default())
+        );
+        assert_eq!(
+            select_conv(None, &s),
+            ConvChoice::Direct(DirectKnobs::default())
+        );
         // A shape class the table lacks gets the fallback, not cubek's own selection.
+        let s = ConvShape { c_out: 5, ..s };
         assert_eq!(
             select_conv(Some(90), &s),
             ConvChoice::Knobs(fallback_knobs(&s))
