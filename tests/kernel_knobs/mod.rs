@@ -162,16 +162,14 @@ fn prefetched(k: Knobs, cubes: u32) -> Knobs {
     }
 }
 
-/// Checks each `(knobs, rows, C)` case in bf16, f32 and f16 ([`check_knobs`]): every case on
-/// the CPU runtime, a sample covering every knob value on CUDA ([`sample_cases`]); the failures
-/// are reported together. RMSNORM_KNOB_CASE=i runs case i only.
+/// Checks each `(knobs, rows, C)` case in bf16, f32 and f16 ([`check_knobs`]): every case in
+/// every dtype on the CPU runtime, on CUDA a sample of the (case, dtype) runs covering every
+/// knob value and dtype ([`sample_cases`]); the failures are reported together.
+/// RMSNORM_KNOB_CASE=i runs case i only.
 fn check_cases_in_every_dtype(cases: Vec<(Knobs, usize, usize)>) {
     let only: Option<usize> = std::env::var("RMSNORM_KNOB_CASE")
         .ok()
         .and_then(|v| v.parse().ok());
-    let cases = sample_cases(cases, |(k, rows, channels)| {
-        format!("{k} r{rows} c{channels}")
-    });
     let runs: Vec<_> = cases
         .into_iter()
         .enumerate()
@@ -180,6 +178,10 @@ fn check_cases_in_every_dtype(cases: Vec<(Knobs, usize, usize)>) {
             [DType::BF16, DType::F32, DType::F16].map(|dtype| (i, k, rows, channels, dtype))
         })
         .collect();
+    // The dtype is one more knob of the sample.
+    let runs = sample_cases(runs, |(_, k, rows, channels, dtype)| {
+        format!("{k} r{rows} c{channels} {dtype:?}")
+    });
     let failures = run_cases(
         &runs,
         |_, &(i, ..)| format!("case {i}: "),

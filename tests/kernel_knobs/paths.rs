@@ -62,9 +62,11 @@ fn out_of_range_rows_are_rescued_on_every_knob_path() {
             ),
         ]);
     }
-    let mut failures = Vec::new();
+    // Every (knobs, dtype, norm) run, its inputs drawn in a fixed order; on CUDA the runs
+    // compile and check on several threads (`run_cases`).
+    let rows = 23;
+    let mut runs = Vec::new();
     for (k, channels) in cases {
-        let rows = 23;
         // Row classes: ordinary, huge (one element at the f32 maximum), 1e-25, subnormal.
         let mut x = Vec::with_capacity(rows * channels);
         for row in 0..rows {
@@ -81,27 +83,41 @@ fn out_of_range_rows_are_rescued_on_every_knob_path() {
         for dtype in [DType::F32, DType::BF16] {
             let x = round_to(&x, dtype);
             let gamma = round_to(&uniform(&mut rng, channels, 0.5, 2.0), dtype);
-            let inputs = Inputs {
-                x: &x,
-                gamma: &gamma,
-                rows,
-                channels,
-                dtype,
-            };
-            // eps = 0: every row's true output is O(1), so a relative check is strict.
-            let tol = if dtype == DType::F32 { 2e-5 } else { 2e-2 };
             for (norm, activation) in [
                 (NormParams::rms(0.0), Activation::Silu),
                 (NormParams::rms(0.0), Activation::Identity),
                 (NormParams::rms(1e-6), Activation::Silu),
             ] {
-                let label = format!("{k} C={channels} {dtype:?} {norm:?} {activation:?}: ");
-                record_failure(&mut failures, &label, || {
-                    check_knobs_on(k, inputs, norm, activation, tol)
-                });
+                runs.push((
+                    k,
+                    channels,
+                    dtype,
+                    x.clone(),
+                    gamma.clone(),
+                    norm,
+                    activation,
+                ));
             }
         }
     }
+    let failures = run_cases(
+        &runs,
+        |_, (k, channels, dtype, _, _, norm, activation)| {
+            format!("{k} C={channels} {dtype:?} {norm:?} {activation:?}: ")
+        },
+        |(k, channels, dtype, x, gamma, norm, activation)| {
+            let inputs = Inputs {
+                x,
+                gamma,
+                rows,
+                channels: *channels,
+                dtype: *dtype,
+            };
+            // eps = 0: every row's true output is O(1), so a relative check is strict.
+            let tol = if *dtype == DType::F32 { 2e-5 } else { 2e-2 };
+            check_knobs_on(*k, inputs, *norm, *activation, tol)
+        },
+    );
     assert_no_failures(&failures);
 }
 
