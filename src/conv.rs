@@ -566,7 +566,20 @@ mod cube {
             };
             let [at, ah, aw] = phases.offsets(p);
             let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
-            let choice = select_conv(sm, &shape);
+            let choice = match select_conv(sm, &shape) {
+                // The direct kernel's cube shrunk to the device (the CPU runtime's cubes have
+                // as many units as the machine has cores).
+                ConvChoice::Direct(k) => {
+                    let hw = &client.properties().hardware;
+                    ConvChoice::Direct(k.fitted(
+                        &shape,
+                        hw.max_units_per_cube,
+                        [hw.max_cube_dim.0, hw.max_cube_dim.1],
+                        hw.max_shared_memory_size,
+                    ))
+                }
+                other => other,
+            };
             let mut tried = vec![choice];
             if choice != ConvChoice::Inferred {
                 tried.push(ConvChoice::Inferred);

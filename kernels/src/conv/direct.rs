@@ -97,6 +97,38 @@ impl DirectKnobs {
         self.chunk as usize * (window + weights) * 4
     }
 
+    /// These knobs shrunk until a cube fits the device: at most `max_units` units and
+    /// `max_dim` along each axis (units along H halved first, then along W), then at most
+    /// `max_shared` bytes of shared memory (the channel chunk halved first, then the rows per
+    /// unit). The CubeCL CPU runtime allows as many units per cube as the machine has cores.
+    pub fn fitted(
+        mut self,
+        shape: &ConvShape,
+        max_units: u32,
+        max_dim: [u32; 2],
+        max_shared: usize,
+    ) -> Self {
+        let max_units = max_units.max(1);
+        while self.units[1] > max_dim[1].max(1)
+            || (self.units[0] * self.units[1] > max_units && self.units[1] > 1)
+        {
+            self.units[1] /= 2;
+        }
+        while self.units[0] > max_dim[0].max(1) || self.units[0] * self.units[1] > max_units {
+            self.units[0] = (self.units[0] / 2).max(1);
+            if self.units[0] == 1 {
+                break;
+            }
+        }
+        while self.shared_bytes(shape) > max_shared && self.chunk > 1 {
+            self.chunk /= 2;
+        }
+        while self.shared_bytes(shape) > max_shared && self.rows_per_unit > 1 {
+            self.rows_per_unit /= 2;
+        }
+        self
+    }
+
     /// Checks the knobs against `shape` and the device's cube limits.
     pub fn validate(&self, shape: &ConvShape, max_units: u32) -> Result<(), String> {
         let [ux, uy] = self.units;
@@ -517,6 +549,13 @@ mod tests {
                 .unwrap_err()
                 .contains("power of two")
         );
+        // The CubeCL CPU runtime on two cores: two units per cube, at most 2 along an axis.
+        let small = DirectKnobs::default().fitted(&shape, 2, [2, 2], 49_152);
+        assert_eq!(small.to_string(), "direct.u2x1.r8.c16");
+        assert!(small.validate(&shape, 2).is_ok());
+        let tight = DirectKnobs::default().fitted(&shape, 1024, [1024, 1024], 20_000);
+        assert!(tight.shared_bytes(&shape) <= 20_000, "{tight}");
+        assert_eq!((tight.units, tight.rows_per_unit), ([32, 4], 8), "{tight}");
         // 16 channels of a 34 x 34 window and 16 x 9 x 3 weights, in f32.
         assert_eq!(
             DirectKnobs::default().shared_bytes(&shape),
