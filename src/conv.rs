@@ -425,13 +425,12 @@ mod cube {
         tensor::CubeTensor,
     };
     use rmsnorm_silu_kernels::conv::{
-        ConvChoice, ConvOperands, ConvShape, launch_conv, select_conv,
+        ConvChoice, ConvOperands, ConvShape, launch_conv, select_conv_on,
     };
     use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
     use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
     use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
     use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
-    use rmsnorm_silu_kernels::device::device_sm;
 
     use burn::tensor::ops::ConvOptions;
     use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};
@@ -552,7 +551,6 @@ mod cube {
             out_strides[3] * fw,
             1,
         ];
-        let sm = device_sm(client);
         for p in 0..phases.count() {
             let padding = phases.padding[p];
             let shape = ConvShape {
@@ -566,20 +564,7 @@ mod cube {
             };
             let [at, ah, aw] = phases.offsets(p);
             let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
-            let choice = match select_conv(sm, &shape) {
-                // The direct kernel's cube shrunk to the device (the CPU runtime's cubes have
-                // as many units as the machine has cores).
-                ConvChoice::Direct(k) => {
-                    let hw = &client.properties().hardware;
-                    ConvChoice::Direct(k.fitted(
-                        &shape,
-                        hw.max_units_per_cube,
-                        [hw.max_cube_dim.0, hw.max_cube_dim.1],
-                        hw.max_shared_memory_size,
-                    ))
-                }
-                other => other,
-            };
+            let choice = select_conv_on(client, &shape);
             let mut tried = vec![choice];
             if choice != ConvChoice::Inferred {
                 tried.push(ConvChoice::Inferred);

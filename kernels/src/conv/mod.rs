@@ -148,6 +148,24 @@ pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
     ConvChoice::Knobs(knobs)
 }
 
+/// [`select_conv`] for `client`'s device: its compute capability, and the direct kernel's cube
+/// shrunk to the device's limits ([`DirectKnobs::fitted`]; the CubeCL CPU runtime's cubes have
+/// as many units as the machine has cores).
+pub fn select_conv_on(client: &Client, shape: &ConvShape) -> ConvChoice {
+    match select_conv(crate::device::device_sm(client), shape) {
+        ConvChoice::Direct(k) => {
+            let hw = &client.properties().hardware;
+            ConvChoice::Direct(k.fitted(
+                shape,
+                hw.max_units_per_cube,
+                [hw.max_cube_dim.0, hw.max_cube_dim.1],
+                hw.max_shared_memory_size,
+            ))
+        }
+        other => other,
+    }
+}
+
 /// A configuration for shapes the table does not cover: the layout that won most tuned
 /// shapes (2 x 12 `mma.sync` tiles of 16 x 8 per plane, 4 planes along the positions; 128
 /// positions by 96 channels per cube), narrowed to the output channels, on the plain strided
