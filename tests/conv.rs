@@ -79,6 +79,30 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
+/// `conv3d_channels_last` of random inputs in `dtype` (x normal, weight and bias uniform in
+/// ±0.5, drawn in that order) and the host convolution of the same rounded values: (result,
+/// reference, reference shape).
+fn random_case(
+    rng: &mut rand::rngs::StdRng,
+    device: &burn::tensor::Device,
+    xs: [usize; 5],
+    ws: [usize; 5],
+    padding: ConvPadding,
+    dtype: DType,
+) -> (burn::tensor::Tensor<5>, Vec<f64>, [usize; 5]) {
+    let x = round_to(&randn(rng, xs.iter().product()), dtype);
+    let w = round_to(&uniform(rng, ws.iter().product(), -0.5, 0.5), dtype);
+    let b = round_to(&uniform(rng, ws[0], -0.5, 0.5), dtype);
+    let (want, shape) = reference(&x, xs, &w, ws, &b, padding);
+    let got = conv3d_channels_last(
+        tensor::<5>(&x, xs, dtype, device),
+        tensor::<5>(&w, ws, dtype, device),
+        tensor::<1>(&b, [ws[0]], dtype, device),
+        padding,
+    );
+    (got, want, shape)
+}
+
 #[test]
 fn matches_the_host_convolution() {
     let device = device();
@@ -108,16 +132,7 @@ fn matches_the_host_convolution() {
     ];
     for dtype in [DType::F32, DType::BF16] {
         for (xs, ws, padding) in cases {
-            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
-            let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.5, 0.5), dtype);
-            let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
-            let (want, shape) = reference(&x, xs, &w, ws, &b, padding);
-            let got = conv3d_channels_last(
-                tensor::<5>(&x, xs, dtype, &device),
-                tensor::<5>(&w, ws, dtype, &device),
-                tensor::<1>(&b, [ws[0]], dtype, &device),
-                padding,
-            );
+            let (got, want, shape) = random_case(&mut rng, &device, xs, ws, padding, dtype);
             assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
             assert_eq!(got.dtype(), dtype);
             let rel = tolerance(dtype);
@@ -159,16 +174,7 @@ fn narrow_outputs_match_the_host_convolution() {
     ];
     for dtype in [DType::F32, DType::BF16] {
         for (xs, ws, padding) in cases {
-            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
-            let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.5, 0.5), dtype);
-            let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
-            let (want, shape) = reference(&x, xs, &w, ws, &b, padding);
-            let got = conv3d_channels_last(
-                tensor::<5>(&x, xs, dtype, &device),
-                tensor::<5>(&w, ws, dtype, &device),
-                tensor::<1>(&b, [ws[0]], dtype, &device),
-                padding,
-            );
+            let (got, want, shape) = random_case(&mut rng, &device, xs, ws, padding, dtype);
             assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
             // f32 sums on every runtime: bf16 output rounding, or f32 rounding.
             let rel = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };

@@ -108,17 +108,12 @@ impl DirectKnobs {
         max_dim: [u32; 2],
         max_shared: usize,
     ) -> Self {
-        let max_units = max_units.max(1);
-        while self.units[1] > max_dim[1].max(1)
-            || (self.units[0] * self.units[1] > max_units && self.units[1] > 1)
-        {
+        let too_many = |u: [u32; 2]| u[0] * u[1] > max_units;
+        while self.units[1] > 1 && (self.units[1] > max_dim[1] || too_many(self.units)) {
             self.units[1] /= 2;
         }
-        while self.units[0] > max_dim[0].max(1) || self.units[0] * self.units[1] > max_units {
-            self.units[0] = (self.units[0] / 2).max(1);
-            if self.units[0] == 1 {
-                break;
-            }
+        while self.units[0] > 1 && (self.units[0] > max_dim[0] || too_many(self.units)) {
+            self.units[0] /= 2;
         }
         while self.shared_bytes(shape) > max_shared && self.chunk > 1 {
             self.chunk /= 2;

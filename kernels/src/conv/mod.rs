@@ -263,18 +263,21 @@ pub fn launch_conv(
     shape: &ConvShape,
     choice: &ConvChoice,
 ) -> Result<(), String> {
-    if let ConvChoice::Direct(knobs) = choice {
-        return launch_direct(client, operands, elem, shape, knobs);
-    }
-    launch_cubek(client, operands, elem, shape, choice).map_err(|e| format!("{e:?}"))
+    let knobs = match choice {
+        ConvChoice::Direct(knobs) => return launch_direct(client, operands, elem, shape, knobs),
+        ConvChoice::Knobs(knobs) => Some(knobs),
+        ConvChoice::Inferred => None,
+    };
+    launch_cubek(client, operands, elem, shape, knobs).map_err(|e| format!("{e:?}"))
 }
 
+/// cubek's implicit GEMM with `knobs`, or with cubek's own selection for `None`.
 fn launch_cubek(
     client: &Client,
     operands: ConvOperands,
     elem: ElemType,
     shape: &ConvShape,
-    choice: &ConvChoice,
+    knobs: Option<&ConvKnobs>,
 ) -> Result<(), ConvSetupError> {
     let ConvOperands {
         input,
@@ -282,13 +285,12 @@ fn launch_cubek(
         bias,
         out,
     } = operands;
-    let strategy = match choice {
-        ConvChoice::Inferred => Strategy::Inferred {
+    let strategy = match knobs {
+        None => Strategy::Inferred {
             algorithm: ConvAlgorithm::SimpleSyncCyclic,
             tile_kind: AcceleratedTileKind::Cmma,
         },
-        ConvChoice::Direct(_) => unreachable!("launch_conv runs the direct kernel"),
-        ConvChoice::Knobs(knobs) => {
+        Some(knobs) => {
             let problem = problem(&input, &weight, &out, shape, elem);
             let hardware = &client.properties().hardware;
             // cubek's stage element is bf16/f16 for 2-byte inputs (f32 becomes tf32, 4 bytes).
