@@ -214,6 +214,24 @@ pub(crate) fn layouts(shape: &ConvShape) -> Vec<String> {
         ("mma16x8x16", format!("p2x{n8}x4"), "s4x1"),
         ("mma16x8x16", format!("p1x{n8}x2"), "s8x1"),
         ("mma16x8x16", "p4x8x2".to_string(), "s2x2"),
+        // Deeper stages and other cube shapes around the k = 64 winner: k = 128 a stage,
+        // 64 / 256 rows a cube, 128 / 192 columns a cube, 8 planes.
+        ("mma16x8x16", format!("p2x{n8}x8"), "s4x1"),
+        ("mma16x8x16", format!("p1x{n8}x4"), "s4x1"),
+        ("mma16x8x16", format!("p2x{n8}x4"), "s8x1"),
+        ("mma16x8x16", format!("p2x{n8}x4"), "s4x2"),
+        ("mma16x8x16", format!("p2x{n8_half}x4"), "s4x2"),
+        ("mma16x8x16", format!("p4x{n8_half}x4"), "s2x2"),
+        (
+            "mma16x8x16",
+            format!("p2x{}x4", n.div_ceil(8).min(8)),
+            "s4x2",
+        ),
+        (
+            "mma16x8x16",
+            format!("p4x{}x4", n.div_ceil(8).min(8)),
+            "s2x1",
+        ),
         (
             "cmma16x16x16",
             format!("p2x{}x2", n.div_ceil(16).min(6)),

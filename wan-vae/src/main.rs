@@ -442,6 +442,7 @@ fn main() {
             shown.join(", "),
             profiled.peak_memory.get().in_use as f64 / (1u64 << 30) as f64
         );
+        print_sites(&profiled, dtype.size());
     }
     if args.no_write {
         println!(
@@ -454,6 +455,29 @@ fn main() {
             "wrote {} PNG frames and video.gif ({width}x{height}) to {}/",
             frames.len(),
             args.out.display()
+        );
+    }
+}
+
+/// The profiled decode's norm sites and convolutions by input shape, the costliest first: calls,
+/// time per call and, for the norm sites, the rate over the bytes read and written.
+fn print_sites(ctx: &Ctx, elem_bytes: usize) {
+    let sites = ctx.sites.borrow();
+    let mut rows: Vec<_> = sites.iter().collect();
+    rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+    println!("by site (kind, input [B, T, H, W, C] and output channels: calls, time):");
+    for ((kind, shape), (calls, time)) in rows {
+        let per_call = time.as_secs_f64() / *calls as f64;
+        let rate = if *kind == "norm" {
+            let bytes = 2 * shape.iter().product::<usize>() * elem_bytes;
+            format!(", {:.0} GB/s", bytes as f64 / per_call / 1e9)
+        } else {
+            String::new()
+        };
+        println!(
+            "  {kind:<11} {shape:?}: {calls} calls, {:.1} ms, {:.1} us a call{rate}",
+            time.as_secs_f64() * 1e3,
+            per_call * 1e6
         );
     }
 }

@@ -26,7 +26,10 @@ impl Norm {
     pub fn forward<const D: usize>(&self, x: Tensor<D>, ctx: &Ctx) -> Tensor<D> {
         ctx.norm_calls.set(ctx.norm_calls.get() + 1);
         let device = x.device();
-        ctx.timed(&ctx.norm_time, &device, || self.apply(x, ctx.fused))
+        let shape = x.dims().to_vec();
+        ctx.timed_site(&ctx.norm_time, "norm", shape, &device, || {
+            self.apply(x, ctx.fused)
+        })
     }
 
     /// The norm site of `x` (`[B, T, H, W, C]`) written over frames `at..at + T` of `into`,
@@ -34,7 +37,8 @@ impl Norm {
     pub fn forward_into(&self, x: Tensor<5>, into: Tensor<5>, at: usize, ctx: &Ctx) -> Tensor<5> {
         ctx.norm_calls.set(ctx.norm_calls.get() + 1);
         let device = x.device();
-        ctx.timed(&ctx.norm_time, &device, || {
+        let shape = x.dims().to_vec();
+        ctx.timed_site(&ctx.norm_time, "norm", shape, &device, || {
             if ctx.fused {
                 rms_norm_silu_into(x, self.gamma.val(), self.options(), into, 1, at)
             } else {

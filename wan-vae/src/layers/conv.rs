@@ -66,7 +66,8 @@ impl CausalConv3d {
     /// temporal padding.
     pub(crate) fn forward_padded(&self, x: Tensor<5>, front: usize, ctx: &Ctx) -> Tensor<5> {
         let device = x.device();
-        ctx.timed(&ctx.conv_time, &device, || {
+        let shape = [x.dims().as_slice(), &[self.weight.dims()[0]]].concat();
+        ctx.timed_site(&ctx.conv_time, "conv", shape, &device, || {
             conv3d_channels_last(
                 x,
                 self.weight.val(),
@@ -155,7 +156,8 @@ impl PhasedConv {
         } else {
             Phases::upsample2x()
         };
-        ctx.timed(&ctx.conv_time, &device, || {
+        let shape = [x.dims().as_slice(), &[self.weight.dims()[1]]].concat();
+        ctx.timed_site(&ctx.conv_time, "phased conv", shape, &device, || {
             conv3d_channels_last_phases(x, self.weight.val(), self.bias.val(), phases)
         })
     }

@@ -6,7 +6,8 @@
 //! Every convolution runs [`conv3d_channels_last`]: on CUDA cubek's implicit GEMM on tensor
 //! cores with a measured configuration, elsewhere Burn's `conv3d` on the same memory.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, Param};
@@ -59,6 +60,9 @@ pub struct Ctx {
     pub norm_calls: Cell<usize>,
     /// When profiling: the memory pools' peak, sampled after each call.
     pub peak_memory: Cell<MemoryPeak>,
+    /// When profiling: calls and wall time per call site kind and input shape (the norm sites
+    /// and convolutions), for the per-shape breakdown.
+    pub sites: RefCell<BTreeMap<(&'static str, Vec<usize>), (usize, Duration)>>,
 }
 
 /// The largest use of the backend's memory pools seen: bytes in live tensors and bytes the
@@ -106,6 +110,7 @@ impl Ctx {
             add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
             peak_memory: Cell::new(MemoryPeak::default()),
+            sites: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -145,6 +150,29 @@ impl Ctx {
         if self.profile {
             into.set(into.get() + start.elapsed());
             self.peak_memory.set(self.peak_memory.get().sample(device));
+        }
+        y
+    }
+}
+
+impl Ctx {
+    /// [`Self::timed`] that also books the call under `(kind, shape)` in [`Self::sites`].
+    fn timed_site<const D: usize>(
+        &self,
+        into: &Cell<Duration>,
+        kind: &'static str,
+        shape: Vec<usize>,
+        device: &Device,
+        f: impl FnOnce() -> Tensor<D>,
+    ) -> Tensor<D> {
+        let before = into.get();
+        let y = self.timed(into, device, f);
+        if self.profile {
+            let spent = into.get().saturating_sub(before);
+            let mut sites = self.sites.borrow_mut();
+            let entry = sites.entry((kind, shape)).or_default();
+            entry.0 += 1;
+            entry.1 += spent;
         }
         y
     }
