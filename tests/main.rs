@@ -15,6 +15,7 @@ mod edge_cases;
 mod errors;
 mod forward;
 mod fp8;
+mod fp8_mma;
 mod fusion;
 mod into;
 mod kernel_knobs;

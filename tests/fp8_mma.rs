@@ -1,0 +1,145 @@
+//! Whether cubecl's FP8 tensor-core instruction runs on this GPU: one plane computes a
+//! 16 x 8 x 32 product of E4M3 matrices with f32 accumulation through cubecl's manual MMA API
+//! (`mma.sync` m16n8k32, listed by cubecl for sm_89 and newer), checked exactly against the
+//! host product. An FP8 convolution would be built on this instruction, so this is the smallest
+//! reproducer of what it needs from cubecl. Small integers are exact in E4M3 and their sums of
+//! 32 products exact in f32, so the comparison is exact.
+//!
+//! `#[ignore]`: a probe for GPUs (`--ignored fp8_mma`); on a device without the instruction it
+//! asserts that the device does not list it.
+
+use burn::backend::DispatchDevice;
+use rmsnorm_silu_kernels::cubecl;
+use rmsnorm_silu_kernels::cubecl::cmma::{MatrixIdent, MmaDefinition};
+use rmsnorm_silu_kernels::cubecl::features::MmaConfig;
+use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
+use rmsnorm_silu_kernels::cubecl::prelude::*;
+use rmsnorm_silu_kernels::cubecl::{e4m3, server::Handle};
+
+use crate::common::device;
+
+const M: usize = 16;
+const N: usize = 8;
+const K: usize = 32;
+
+/// `out = a (M x K, row-major) * b (K x N, row-major)`, one plane; each unit loads the
+/// fragment elements the instruction assigns to it.
+#[cube(launch)]
+fn mma_probe(a: &[e4m3], b: &[e4m3], out: &mut [f32]) {
+    let def = MmaDefinition::<e4m3, e4m3, f32>::new(M, N, K);
+    let lane = UNIT_POS_PLANE;
+
+    let va = def.vector_size(MatrixIdent::A);
+    let size!(NA) = va;
+    let elems_a = def.elems_per_lane(MatrixIdent::A);
+    let count_a = comptime!(elems_a / va);
+    let mut frag_a = Array::<Vector<e4m3, NA>>::new(count_a);
+    #[unroll]
+    for i in 0..count_a {
+        let mut v = Vector::empty();
+        #[unroll]
+        for j in 0..va {
+            let (row, col) = def.position_of_nth(lane, (i * va + j) as u32, MatrixIdent::A);
+            v.insert(j, a[(row * K as u32 + col) as usize]);
+        }
+        frag_a[i] = v;
+    }
+
+    let vb = def.vector_size(MatrixIdent::B);
+    let size!(NB) = vb;
+    let elems_b = def.elems_per_lane(MatrixIdent::B);
+    let count_b = comptime!(elems_b / vb);
+    let mut frag_b = Array::<Vector<e4m3, NB>>::new(count_b);
+    #[unroll]
+    for i in 0..count_b {
+        let mut v = Vector::empty();
+        #[unroll]
+        for j in 0..vb {
+            let (row, col) = def.position_of_nth(lane, (i * vb + j) as u32, MatrixIdent::B);
+            v.insert(j, b[(row * N as u32 + col) as usize]);
+        }
+        frag_b[i] = v;
+    }
+
+    let vc = def.vector_size(MatrixIdent::Accumulator);
+    let size!(NC) = vc;
+    let elems_c = def.elems_per_lane(MatrixIdent::Accumulator);
+    let count_c = comptime!(elems_c / vc);
+    let mut frag_c = Array::<Vector<f32, NC>>::new(count_c);
+    #[unroll]
+    for i in 0..count_c {
+        frag_c[i] = Vector::new(0.0);
+    }
+
+    let frag_d = def.execute(&frag_a, &frag_b, &frag_c);
+    #[unroll]
+    for i in 0..count_c {
+        let v = frag_d[i];
+        #[unroll]
+        for j in 0..vc {
+            let (row, col) =
+                def.position_of_nth(lane, (i * vc + j) as u32, MatrixIdent::Accumulator);
+            out[(row * N as u32 + col) as usize] = v.extract(j);
+        }
+    }
+}
+
+#[test]
+#[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
+fn e4m3_mma_matches_the_host_product() {
+    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
+        panic!("the FP8 MMA probe needs a CubeCL device");
+    };
+    let client = cube.client();
+    let e4m3_type = ElemType::Float(FloatKind::E4M3);
+    let config = MmaConfig {
+        a_type: e4m3_type,
+        b_type: e4m3_type,
+        cd_type: ElemType::Float(FloatKind::F32),
+        m: M as u32,
+        n: N as u32,
+        k: K as u32,
+    };
+    let listed = client.features().matmul.mma.contains(&config);
+    let name = client.properties().identity.name.clone();
+    if !listed {
+        eprintln!("{name}: no E4M3 mma.sync m16n8k32 listed; nothing to probe");
+        assert!(
+            !crate::common::on_gpu() || !name.contains("H100") && !name.contains("H200"),
+            "cubecl lists no E4M3 MMA on {name} (sm_90 has the instruction)"
+        );
+        return;
+    }
+    // Integers in -3..=3: exact in E4M3; each output a sum of 32 products of at most 9.
+    let a: Vec<f32> = (0..M * K).map(|i| ((i * 7 + 3) % 7) as f32 - 3.0).collect();
+    let b: Vec<f32> = (0..K * N).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
+    let to_e4m3 =
+        |v: &[f32]| -> Vec<u8> { v.iter().map(|&x| e4m3::from_f32(x).to_bits()).collect() };
+    let a_handle = client.create_from_slice(&to_e4m3(&a));
+    let b_handle = client.create_from_slice(&to_e4m3(&b));
+    let poison = vec![f32::NAN; M * N];
+    let out: Handle = client.create_from_slice(f32::as_bytes(&poison));
+    unsafe {
+        mma_probe::launch(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(32),
+            BufferArg::from_raw_parts(a_handle, M * K),
+            BufferArg::from_raw_parts(b_handle, K * N),
+            BufferArg::from_raw_parts(out.clone(), M * N),
+        )
+    };
+    let bytes = client.read_one_unchecked(out);
+    let got = f32::from_bytes(&bytes);
+    for r in 0..M {
+        for c in 0..N {
+            let want: f32 = (0..K).map(|k| a[r * K + k] * b[k * N + c]).sum();
+            assert_eq!(
+                got[r * N + c],
+                want,
+                "{name}: E4M3 mma.sync m16n8k32, output ({r}, {c})"
+            );
+        }
+    }
+    eprintln!("{name}: E4M3 mma.sync m16n8k32 matches the host product ({M}x{N}x{K})");
+}
