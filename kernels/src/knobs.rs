@@ -393,6 +393,13 @@ impl Knobs {
     }
 }
 
+impl crate::table::TextKnobs for Knobs {
+    const KERNEL: &'static str = "row";
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

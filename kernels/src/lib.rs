@@ -7,6 +7,8 @@
 //! - [`knobs`]: the launch parameters of the row kernel, a plain comptime struct;
 //! - [`select`]: how the knobs are chosen for a device and shape: an override, the tuned
 //!   per-architecture table ([`lut`]), a heuristic valid everywhere;
+//! - [`table`]: the one text form of every kernel's knobs and the one format, loader and
+//!   nearest-rows lookup of every measured table (`lut/*.txt`);
 //! - [`timing`]: device timers, L2 flush and the copy roof for benchmarks and the tuner;
 //! - [`forward`]: the row kernel itself and its launch;
 //! - [`problem`]: the row problem and the launch error every launcher shares;
@@ -48,6 +50,7 @@ pub mod reference;
 pub mod rescue;
 pub mod row_io;
 pub mod select;
+pub mod table;
 pub mod tickets;
 pub mod timing;
 pub mod validate;

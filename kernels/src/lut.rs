@@ -8,6 +8,7 @@
 use std::sync::OnceLock;
 
 use crate::knobs::Knobs;
+use crate::table;
 
 /// One tuned entry.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,30 +51,25 @@ const SM90: &str = include_str!("../lut/sm90.txt");
 const SM90_FP8: &str = include_str!("../lut/sm90_fp8.txt");
 const SM100: &str = include_str!("../lut/sm100.txt");
 
-/// Parses a table; panics with the line on malformed input (the tables are compiled in, so a
-/// bad one is caught by the tests).
+/// Parses a table (columns `C T out knobs occupancy kernel_us copy_us`); panics naming the line
+/// on malformed input (the tables are compiled in, so a bad one is caught by the tests).
 pub fn parse(text: &'static str) -> Vec<LutEntry> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
-            let f: Vec<&'static str> = line.split_whitespace().collect();
-            let bad = |what: &str| -> ! { panic!("LUT line `{line}`: bad {what}") };
-            if f.len() != 7 {
-                bad("column count (want 7)");
-            }
-            let time = |s: &str| if s == "-" { None } else { s.parse().ok() };
-            LutEntry {
-                channels: f[0].parse().unwrap_or_else(|_| bad("C")),
-                rows: f[1].parse().unwrap_or_else(|_| bad("T")),
-                out: f[2],
-                knobs: Knobs::parse(f[3]).unwrap_or_else(|e| bad(&e)),
-                occupancy: f[4].parse().unwrap_or_else(|_| bad("occupancy")),
-                kernel_us: time(f[5]),
-                copy_us: time(f[6]),
-            }
-        })
-        .collect()
+    table::compiled_in(
+        "row LUT",
+        text,
+        "C T out knobs occupancy kernel_us copy_us",
+        |l| {
+            Ok(LutEntry {
+                channels: l.count(0, "C")?,
+                rows: l.count(1, "T")?,
+                out: l.word(2),
+                knobs: l.knobs(3)?,
+                occupancy: l.count(4, "occupancy")? as u32,
+                kernel_us: l.measured(5, "kernel_us")?,
+                copy_us: l.measured(6, "copy_us")?,
+            })
+        },
+    )
 }
 
 /// All compiled-in tables.
@@ -109,8 +105,7 @@ pub fn lookup(sm: u32, channels: usize, rows: usize, out: &str) -> Option<(LutEn
         .entries
         .iter()
         .filter(|e| e.channels == channels && e.out == out);
-    let distance = |e: &&LutEntry| ((e.rows.max(1) as f64) / (rows.max(1) as f64)).ln().abs();
-    let best = same_c.min_by(|a, b| distance(a).total_cmp(&distance(b)))?;
+    let best = table::nearest_rows(same_c, |e| e.rows, rows)?;
     let how = if best.rows == rows {
         Match::Exact
     } else {

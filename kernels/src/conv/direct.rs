@@ -483,6 +483,13 @@ pub fn launch_direct(
     Ok(())
 }
 
+impl crate::table::TextKnobs for DirectKnobs {
+    const KERNEL: &'static str = "direct conv";
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

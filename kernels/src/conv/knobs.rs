@@ -262,6 +262,13 @@ impl std::fmt::Display for ConvKnobs {
     }
 }
 
+impl crate::table::TextKnobs for ConvKnobs {
+    const KERNEL: &'static str = "conv";
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

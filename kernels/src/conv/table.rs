@@ -9,6 +9,7 @@
 use std::sync::{OnceLock, RwLock};
 
 use super::{ConvKnobs, ConvShape};
+use crate::table::{self, TableError};
 
 /// One tuned entry.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,29 +27,26 @@ pub struct ConvEntry {
 
 const SM90: &str = include_str!("../../lut/sm90_conv.txt");
 
-/// Parses a table; panics naming the line on malformed input (the tables are compiled in, so
-/// the tests catch a bad one).
-pub fn parse(text: &str) -> Vec<ConvEntry> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let bad = |what: &str| -> ! { panic!("conv table line `{line}`: bad {what}") };
-            if f.len() != 9 {
-                bad("column count (want 9: c_in c_out kt kh kw rows knobs us tflops)");
-            }
-            let n = |i: usize, what: &str| f[i].parse::<usize>().unwrap_or_else(|_| bad(what));
-            let time = |s: &str| if s == "-" { None } else { s.parse().ok() };
-            ConvEntry {
-                c_in: n(0, "c_in"),
-                c_out: n(1, "c_out"),
-                kernel: [n(2, "kt"), n(3, "kh"), n(4, "kw")],
-                rows: n(5, "rows"),
-                knobs: ConvKnobs::parse(f[6]).unwrap_or_else(|e| bad(&e)),
-                us: time(f[7]),
-                tflops: time(f[8]),
-            }
+/// The columns of a convolution table.
+const HEADER: &str = "c_in c_out kt kh kw rows knobs us tflops";
+
+/// Parses a table.
+///
+/// # Errors
+/// The first malformed line, named with its table, line and column.
+pub fn parse(text: &str) -> Result<Vec<ConvEntry>, TableError> {
+    table::entries("conv table", text, HEADER)?
+        .iter()
+        .map(|l| {
+            Ok(ConvEntry {
+                c_in: l.count(0, "c_in")?,
+                c_out: l.count(1, "c_out")?,
+                kernel: [l.count(2, "kt")?, l.count(3, "kh")?, l.count(4, "kw")?],
+                rows: l.count(5, "rows")?,
+                knobs: l.knobs(6)?,
+                us: l.measured(7, "us")?,
+                tflops: l.measured(8, "tflops")?,
+            })
         })
         .collect()
 }
@@ -56,7 +54,7 @@ pub fn parse(text: &str) -> Vec<ConvEntry> {
 /// The compiled-in tables by compute capability x 10.
 pub fn tables() -> &'static [(u32, Vec<ConvEntry>)] {
     static TABLES: OnceLock<Vec<(u32, Vec<ConvEntry>)>> = OnceLock::new();
-    TABLES.get_or_init(|| vec![(90, parse(SM90))])
+    TABLES.get_or_init(|| vec![(90, parse(SM90).unwrap_or_else(|e| panic!("{e}")))])
 }
 
 /// A table installed at run time in place of the compiled-in one (see [`install`]).
@@ -68,12 +66,8 @@ static INSTALLED: RwLock<Option<Vec<ConvEntry>>> = RwLock::new(None);
 ///
 /// # Errors
 /// The first malformed line, named.
-pub fn install(text: &str) -> Result<usize, String> {
-    let entries = std::panic::catch_unwind(|| parse(text)).map_err(|e| {
-        e.downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_else(|| "malformed conv table".to_string())
-    })?;
+pub fn install(text: &str) -> Result<usize, TableError> {
+    let entries = parse(text)?;
     let count = entries.len();
     *INSTALLED.write().expect("conv table lock") = Some(entries);
     Ok(count)
@@ -90,15 +84,10 @@ pub fn lookup(sm: u32, shape: &ConvShape) -> Option<ConvEntry> {
 
 /// Among `entries`, the one of `shape`'s channels and kernel whose rows are nearest.
 pub fn nearest(entries: &[ConvEntry], shape: &ConvShape) -> Option<ConvEntry> {
-    let rows = shape.rows().max(1) as f64;
-    entries
+    let same_class = entries
         .iter()
-        .filter(|e| e.c_in == shape.c_in && e.c_out == shape.c_out && e.kernel == shape.kernel)
-        .min_by(|a, b| {
-            let d = |e: &ConvEntry| (e.rows.max(1) as f64 / rows).ln().abs();
-            d(a).total_cmp(&d(b))
-        })
-        .copied()
+        .filter(|e| e.c_in == shape.c_in && e.c_out == shape.c_out && e.kernel == shape.kernel);
+    table::nearest_rows(same_class, |e| e.rows, shape.rows()).copied()
 }
 
 #[cfg(test)]
@@ -122,7 +111,7 @@ mod tests {
     fn lookup_takes_nearest_rows_of_the_same_class() {
         let text = "96 96 3 3 3 1000 sync_cyclic.mma16x8x16.p2x6x2.s4x1 - -\n\
                     96 96 3 3 3 100000 tma.cmma16x16x16.p1x4x4.s8x1 10.0 2.0\n";
-        let entries = parse(text);
+        let entries = parse(text).unwrap();
         assert_eq!(entries[1].us, Some(10.0));
         let mut shape = ConvShape {
             batch: 1,
@@ -142,8 +131,10 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "bad column count")]
-    fn malformed_line_panics_with_it() {
-        parse("96 96 3 3 3 1000 sync_cyclic.mma16x8x16.p2x6x2.s4x1 -");
+    fn malformed_lines_are_named() {
+        let e = parse("96 96 3 3 3 1000 sync_cyclic.mma16x8x16.p2x6x2.s4x1 -").unwrap_err();
+        assert!(e.to_string().contains("8 columns, want 9"), "{e}");
+        let e = parse("96 96 3 3 3 1000 fast.mma16x8x16.p2x6x2.s4x1 - -").unwrap_err();
+        assert!(e.to_string().contains("routine `fast`"), "{e}");
     }
 }

@@ -6,6 +6,7 @@ use cubecl::prelude::*;
 use super::{BLOCK, GAMMA_AFTER_X_BLOCKS, GAMMA_REGISTER_BLOCKS};
 use crate::device::{device_sm, has_ptx_math};
 use crate::knobs::LaneReduce;
+use crate::table::{self, TextKnobs};
 
 /// Launch parameters of the NVFP4 kernel.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -174,28 +175,26 @@ impl Fp4Knobs {
 /// The measured H200 NVFP4 table: `(C, T, knobs)`.
 const SM90_NVFP4: &str = include_str!("../../lut/sm90_nvfp4.txt");
 
-/// The parsed sm_90 NVFP4 table (parsed once); panics on a malformed line (compiled in, caught
-/// by tests).
+/// The parsed sm_90 NVFP4 table (parsed once; columns `C T knobs best_us heuristic_us
+/// copy_us`, the times for the record); panics on a malformed line (compiled in, caught by
+/// tests).
 pub fn sm90_table() -> &'static [(usize, usize, Fp4Knobs)] {
     static TABLE: std::sync::OnceLock<Vec<(usize, usize, Fp4Knobs)>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        SM90_NVFP4
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(|line| {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                let parsed = (|| {
-                    Some((
-                        f.first()?.parse().ok()?,
-                        f.get(1)?.parse().ok()?,
-                        Fp4Knobs::parse(f.get(2)?).ok()?,
-                    ))
-                })();
-                parsed.unwrap_or_else(|| panic!("NVFP4 LUT line `{line}` is malformed"))
-            })
-            .collect()
+        table::compiled_in(
+            "NVFP4 LUT",
+            SM90_NVFP4,
+            "C T knobs best_us heuristic_us copy_us",
+            |l| Ok((l.count(0, "C")?, l.count(1, "T")?, l.knobs(2)?)),
+        )
     })
+}
+
+impl TextKnobs for Fp4Knobs {
+    const KERNEL: &'static str = "NVFP4";
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text)
+    }
 }
 
 /// The NVFP4 knobs for `rows x channels` of `elem_size`-byte inputs: on an sm_90 device with
@@ -212,11 +211,8 @@ pub fn select_fp4_knobs(
     if sm != Some(90) || elem_size != 2 {
         return heuristic();
     }
-    let distance = |t: usize| ((t.max(1) as f64).ln() - (rows.max(1) as f64).ln()).abs();
-    sm90_table()
-        .iter()
-        .filter(|(c, _, _)| *c == channels)
-        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))
+    let same_c = sm90_table().iter().filter(|(c, _, _)| *c == channels);
+    table::nearest_rows(same_c, |e| e.1, rows)
         .map(|&(_, _, k)| k)
         .filter(|k| {
             let hw = &client.properties().hardware;
