@@ -152,6 +152,17 @@ for step in "${steps[@]}"; do
                  timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t$t.safetensors" 2>&1 \
                      | tail -2 | tee -a "$out/wan-$t.log"
                  rm -f "$work/ours_t$t.safetensors"; pack
+                 # WAN_VARIANT="flags": the same decode again with other decoder flags (e.g.
+                 # "--release-memory-every 0 --release-memory-first 3"), its own log and peak.
+                 if [ -n "${WAN_VARIANT:-}" ]; then
+                     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wan-$t-variant-mem.txt" 2>/dev/null & smi=$!
+                     (cd gpu && timeout "${WAN_TIMEOUT:-200}" ./wan --weights "$work/wan21_random_decoder.safetensors" \
+                         --latent "$work/latent_t$t.safetensors" --raw-latent --dtype bf16 --no-write ${WAN_ARGS:---no-check} \
+                         --device cuda --no-profile $WAN_VARIANT) > "$out/wan-$t-variant.log" 2>&1
+                     kill $smi 2>/dev/null
+                     echo "ours ($WAN_VARIANT), T = $t: peak $(sort -n "$out/wan-$t-variant-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wan-$t-variant.log"
+                     grep -E "^decode|^memory|peak" "$out/wan-$t-variant.log" | cut -c1-260; pack
+                 fi
                  [ "${WAN_TORCH:-1}" = 1 ] || continue
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/torch-$t-mem.txt" 2>/dev/null & smi=$!
                  timeout 240 python3 scripts/wan_torch.py decode "$work" $t > "$out/torch-decode-$t.log" 2>&1

@@ -218,7 +218,8 @@ impl WanDecoder {
             let chunk = x.clone().slice(s![.., i..i + 1]);
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
             on_frame(i, out);
-            if ctx.release_memory_every > 0 && (i + 1) % ctx.release_memory_every == 0 {
+            let periodic = ctx.release_memory_every > 0 && (i + 1) % ctx.release_memory_every == 0;
+            if periodic || i < ctx.release_memory_first {
                 device.memory_cleanup();
             }
         }

@@ -103,6 +103,10 @@ struct Args {
     /// (cubecl's memory cleanup); 0: never
     #[arg(long, value_name = "N", default_value_t = 1)]
     release_memory_every: usize,
+    /// Also give them back after each of the first N latent frames (where the chunk shapes
+    /// still change); with `--release-memory-every 0`, only there
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    release_memory_first: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -319,6 +323,7 @@ fn main() {
         Ctx::new(fused, profile)
             .with_sync_calls(sync_calls)
             .with_release_memory_every(args.release_memory_every)
+            .with_release_memory_first(args.release_memory_first)
     };
     let (_, warm_times) = timed_decode(&decoder, z.clone(), &context(false), false, false);
     println!(
@@ -345,10 +350,12 @@ fn main() {
     );
     println!(
         "memory at its peak (sampled after each latent frame; free pages {}): {}",
-        match args.release_memory_every {
-            0 => "kept".to_string(),
-            1 => "released after every frame".to_string(),
-            n => format!("released every {n} frames"),
+        match (args.release_memory_every, args.release_memory_first) {
+            (0, 0) => "kept".to_string(),
+            (1, _) => "released after every frame".to_string(),
+            (0, f) => format!("released after each of the first {f} frames"),
+            (n, 0) => format!("released every {n} frames"),
+            (n, f) => format!("released after each of the first {f} frames and every {n}"),
         },
         times.memory.describe()
     );

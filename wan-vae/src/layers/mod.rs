@@ -50,6 +50,10 @@ pub struct Ctx {
     /// frames held 14.4 GB (nvidia-smi) for 2.7 GiB of live tensors, and 8.0 GB with a cleanup
     /// after every frame, 7 % slower (H100, 2026-12-07).
     pub release_memory_every: usize,
+    /// Also give them back after each of the first this many latent frames (0: none): the
+    /// chunk shapes change only over the first frames, after which the pools' pages are reused
+    /// as they are.
+    pub release_memory_first: usize,
     pub norm_time: Cell<Duration>,
     pub conv_time: Cell<Duration>,
     pub attention_time: Cell<Duration>,
@@ -103,6 +107,7 @@ impl Ctx {
             profile,
             sync_calls: false,
             release_memory_every: 1,
+            release_memory_first: 0,
             norm_time: Cell::new(Duration::ZERO),
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
@@ -122,6 +127,14 @@ impl Ctx {
     /// The same context with `fused` set.
     pub fn with_fused(self, fused: bool) -> Self {
         Self { fused, ..self }
+    }
+
+    /// The same context with `release_memory_first` set.
+    pub fn with_release_memory_first(self, release_memory_first: usize) -> Self {
+        Self {
+            release_memory_first,
+            ..self
+        }
     }
 
     /// The same context with `release_memory_every` set.
