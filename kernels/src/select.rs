@@ -220,10 +220,13 @@ pub fn table_derived_knobs(
     }
     // Long inputs of a width the table does not have: fewer lanes where they leave fewer idle
     // vector slots (at most 4 vectors per lane; the larger lane count on ties). The tuner's own
-    // entries fit rows exactly from T = 24960 on (C = 96: 4 lanes x 3 vectors, 16 x 1 below),
-    // and on the H200 C = 48 at T = 1597440 ran 1.17x slower on the C = 64 entry's 8 lanes (6
-    // vectors, 2 lanes idle) than on 2 lanes x 3 vectors (measured on the H200).
-    if problem.channels != entry.channels && problem.rows >= 24_960 {
+    // entries fit rows exactly from T = 24960 on (C = 96: 4 lanes x 3 vectors, 16 x 1 below;
+    // 189 rows per SM on the H200's 132), and on the H200 C = 48 at T = 1597440 ran 1.17x
+    // slower on the C = 64 entry's 8 lanes (6 vectors, 2 lanes idle) than on 2 lanes x 3
+    // vectors.
+    const LONG_ROWS_PER_SM: usize = 189;
+    let long = problem.rows >= LONG_ROWS_PER_SM * sms.unwrap_or(1).max(1) as usize;
+    if problem.channels != entry.channels && long {
         let idle = |l: u32| vecs.div_ceil(l as usize) * l as usize - vecs;
         let mut fewer = lanes;
         while fewer > 1 && vecs.div_ceil(fewer as usize / 2) <= 4 {

@@ -168,7 +168,9 @@ mod tests {
 
     const TABLE: &str = "# C T knobs us\n96 1000 l4 1.5\n\n96 100000 l8 -\n128 1000 l16 2.0\n";
 
-    fn parse(text: &str) -> Result<Vec<(usize, usize, Lanes, Option<f64>)>, TableError> {
+    type Entry = (usize, usize, Lanes, Option<f64>);
+
+    fn parse(text: &str) -> Result<Vec<Entry>, TableError> {
         entries("test table", text, "C T knobs us")?
             .iter()
             .map(|l| {
@@ -229,6 +231,35 @@ mod tests {
             entries.iter().for_each(|e| check(e.knobs));
         }
         check(crate::conv::DirectKnobs::default());
+        // The backward has no table: its GPU heuristic's choices over the swept shapes.
+        for c in [96, 192, 384, 1024] {
+            for t in [6_240, 24_960, 99_840, 399_360] {
+                let shape = crate::backward::GpuBackwardShape::for_shape(c, t, 132);
+                check(crate::backward::BackwardKnobs {
+                    fast_math: t > 50_000,
+                    max_vectors_per_lane: shape.max_vectors_per_lane,
+                    units_per_cube: shape.units_per_cube,
+                    prefetch: c < 1024,
+                    cubes_per_sm: shape.cubes_per_sm,
+                    max_vector: shape.max_vector,
+                });
+            }
+        }
+        let bad = crate::backward::BackwardKnobs::from_text;
+        for text in [
+            "c1",
+            "u256.c1",
+            "c1.u256.pf.fast",
+            "c1.u256.s2.s2",
+            "c1.u256.v0",
+            "c1.u256.x",
+        ] {
+            let e = bad(text).unwrap_err();
+            assert!(
+                e.contains(&format!("`{text}`")) && e.contains("expected"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -471,7 +471,7 @@ fn main() {
 fn print_sites(ctx: &Ctx, elem_bytes: usize) {
     let sites = ctx.sites.borrow();
     let mut rows: Vec<_> = sites.iter().collect();
-    rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.1.1));
     println!("by site (kind, input [B, T, H, W, C] and output channels: calls, time):");
     for ((kind, shape), (calls, time)) in rows {
         let per_call = time.as_secs_f64() / *calls as f64;

@@ -59,7 +59,8 @@ impl BackwardKnobs {
     /// above (2 cubes per SM below T = 200000, then the full grid). Wider rows: one vector per
     /// lane on 8 cubes per SM below T = 65536, 2 vectors per lane on 4 cubes per SM above.
     /// C = 129..256 at T = 12480..65536: 4 vectors per lane on 3 cubes per SM. From
-    /// T = 200000 (except C = 257..512) 2 vectors per lane on 4 cubes per SM.
+    /// T = 200000 (except C = 257..512) 2 vectors per lane on 4 cubes per SM. The T boundaries
+    /// are the H200's; they are held in rows per SM, so they scale with the device's SM count.
     ///
     /// Vectors of 4 elements (`max_vector`), 4 per lane, for C = 257..512 below T = 65536 (4 cubes
     /// per SM below T = 12480, else 6) and C = 129..256 at T = 12480..65536 (6 per SM): C = 384
@@ -75,7 +76,8 @@ impl BackwardKnobs {
         if !is_gpu(client) {
             return knobs;
         }
-        let shape = GpuBackwardShape::for_shape(channels, rows);
+        let sms = client.properties().hardware.num_streaming_multiprocessors;
+        let shape = GpuBackwardShape::for_shape(channels, rows, sms.unwrap_or(1) as usize);
         Self {
             prefetch: true,
             max_vectors_per_lane: shape.max_vectors_per_lane,
@@ -87,8 +89,8 @@ impl BackwardKnobs {
     }
 }
 
-/// The shape part of [`BackwardKnobs::for_shape`] on a GPU, a pure function of C and T (so that
-/// the table it encodes is unit-tested without a GPU).
+/// The shape part of [`BackwardKnobs::for_shape`] on a GPU, a pure function of C, T and the
+/// SM count (so that the table it encodes is unit-tested without a GPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuBackwardShape {
     pub max_vectors_per_lane: usize,
@@ -97,38 +99,106 @@ pub struct GpuBackwardShape {
     pub max_vector: usize,
 }
 
+/// The row counts where the measured winners change, in rows per multiprocessor (measured on
+/// the H200's 132 SMs at T = 12480, 65536 and 200000): a device with fewer SMs fills them with
+/// fewer rows.
+const FEW_ROWS_PER_SM: usize = 94;
+const MANY_ROWS_PER_SM: usize = 496;
+const HUGE_ROWS_PER_SM: usize = 1515;
+
 impl GpuBackwardShape {
     /// See [`BackwardKnobs::for_shape`] for the measurements behind each case.
-    pub fn for_shape(channels: usize, rows: usize) -> Self {
+    pub fn for_shape(channels: usize, rows: usize, sms: usize) -> Self {
         let shape = |cap, units, cubes_per_sm, max_vector| Self {
             max_vectors_per_lane: cap,
             units_per_cube: units,
             cubes_per_sm,
             max_vector,
         };
+        let sms = sms.max(1);
+        let (few, many, huge) = (
+            rows < FEW_ROWS_PER_SM * sms,
+            rows >= MANY_ROWS_PER_SM * sms,
+            rows >= HUGE_ROWS_PER_SM * sms,
+        );
         let mid_width = channels > 256 && channels <= 512;
-        if mid_width && rows < 65_536 {
+        if mid_width && !many {
             // Vectors of 4: C = 384 is 32 lanes x 3 (of 8: 32 x 2, a quarter idle).
-            shape(4, 128, Some(if rows < 12_480 { 4 } else { 6 }), 4)
+            shape(4, 128, Some(if few { 4 } else { 6 }), 4)
         } else if mid_width {
-            shape(4, 128, (rows < 200_000).then_some(2), 0)
-        } else if rows >= 200_000 || (channels > 512 && rows >= 65_536) {
+            shape(4, 128, (!huge).then_some(2), 0)
+        } else if huge || (channels > 512 && many) {
             shape(2, 128, Some(4), 0)
         } else if channels > 512 {
             shape(1, 128, Some(8), 0)
-        } else if channels > 128 && (12_480..65_536).contains(&rows) {
+        } else if channels > 128 && !few && !many {
             shape(4, 128, Some(6), 4)
         } else {
-            // 256-unit cubes of one vector per lane: 2 per SM below T = 12480, 3 below 65536.
-            let per_sm = if rows < 12_480 {
+            // 256-unit cubes of one vector per lane: 2 per SM with few rows per SM, 3 below
+            // many, then 4.
+            let per_sm = if few {
                 2
-            } else if rows < 65_536 {
+            } else if !many {
                 3
             } else {
                 4
             };
             shape(1, 256, Some(per_sm), 0)
         }
+    }
+}
+
+impl crate::table::TextKnobs for BackwardKnobs {
+    const KERNEL: &'static str = "backward";
+
+    /// `c<vectors per lane>.u<units per cube>[.fast][.pf][.s<cubes per SM>][.v<vector>]`, the
+    /// form `Display` writes.
+    fn from_text(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "backward knobs `{text}`: expected c<vectors per lane>.u<units per cube>[.fast]\
+                 [.pf][.s<cubes per SM>][.v<vector>]"
+            )
+        };
+        let mut parts = text.trim().split('.');
+        let mut number = |prefix: char| -> Result<usize, String> {
+            parts
+                .next()
+                .and_then(|p| p.strip_prefix(prefix))
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(bad)
+        };
+        let mut knobs = BackwardKnobs {
+            max_vectors_per_lane: number('c')?,
+            units_per_cube: number('u')?,
+            fast_math: false,
+            prefetch: false,
+            cubes_per_sm: None,
+            max_vector: 0,
+        };
+        // The optional parts, each at most once and in the order `Display` writes them.
+        let mut order = 0;
+        for part in parts {
+            let (rank, ok) = match part {
+                "fast" => (1, !std::mem::replace(&mut knobs.fast_math, true)),
+                "pf" => (2, !std::mem::replace(&mut knobs.prefetch, true)),
+                s if s.starts_with('s') => {
+                    let n = s[1..].parse().map_err(|_| bad())?;
+                    (3, knobs.cubes_per_sm.replace(n).is_none())
+                }
+                v if v.starts_with('v') => {
+                    let n: usize = v[1..].parse().map_err(|_| bad())?;
+                    knobs.max_vector = n;
+                    (4, n != 0)
+                }
+                _ => return Err(bad()),
+            };
+            if !ok || rank <= order {
+                return Err(bad());
+            }
+            order = rank;
+        }
+        Ok(knobs)
     }
 }
 

@@ -471,12 +471,14 @@ pub fn rms_norm_reduce_dgamma<G: Float, N: Size>(
 mod tests {
     use super::GpuBackwardShape;
 
+    const H200_SMS: usize = 132;
+
     /// The defaults are the measured winners (docs/performance.md), written as
     /// `c<cap>.u<units>[.s<cubes per SM>][.v<vector>]`.
     #[test]
     fn gpu_defaults_are_the_measured_table() {
         let label = |c, t| {
-            let s = GpuBackwardShape::for_shape(c, t);
+            let s = GpuBackwardShape::for_shape(c, t, H200_SMS);
             let mut label = format!("c{}.u{}", s.max_vectors_per_lane, s.units_per_cube);
             if let Some(n) = s.cubes_per_sm {
                 label += &format!(".s{n}");
@@ -505,6 +507,25 @@ mod tests {
             for (t, want) in [6240, 24960, 99840, 399360].into_iter().zip(want) {
                 assert_eq!(label(c, t), want, "C = {c}, T = {t}");
             }
+        }
+        // The boundaries in rows per SM (just below T = 12480, 65536 and 200000 on the H200's
+        // SMs), half the rows on a device with half as many.
+        let (few, many, huge) = (94 * H200_SMS, 496 * H200_SMS, 1515 * H200_SMS);
+        for (t, c, want) in [
+            (few - 1, 96, "c1.u256.s2"),
+            (few, 96, "c1.u256.s3"),
+            (many - 1, 96, "c1.u256.s3"),
+            (many, 96, "c1.u256.s4"),
+            (huge - 1, 384, "c4.u128.s2"),
+            (huge, 384, "c4.u128"),
+        ] {
+            assert_eq!(label(c, t), want, "C = {c}, T = {t}");
+            let s = GpuBackwardShape::for_shape(c, t / 2, H200_SMS / 2);
+            assert_eq!(
+                s,
+                GpuBackwardShape::for_shape(c, t, H200_SMS),
+                "C = {c}, T = {t} on 66 SMs"
+            );
         }
     }
 }

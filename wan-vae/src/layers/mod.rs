@@ -66,8 +66,11 @@ pub struct Ctx {
     pub peak_memory: Cell<MemoryPeak>,
     /// When profiling: calls and wall time per call site kind and input shape (the norm sites
     /// and convolutions), for the per-shape breakdown.
-    pub sites: RefCell<BTreeMap<(&'static str, Vec<usize>), (usize, Duration)>>,
+    pub sites: RefCell<BTreeMap<SiteKey, (usize, Duration)>>,
 }
+
+/// A call site of the profile: its kind and its input's shape.
+pub type SiteKey = (&'static str, Vec<usize>);
 
 /// The largest use of the backend's memory pools seen: bytes in live tensors and bytes the
 /// pools hold from the driver (zero where the backend does not report them).
