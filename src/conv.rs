@@ -583,11 +583,15 @@ mod cube {
                     bias: Some(view(&bias, p * c_out, &[c_out], &[1])),
                     out: view(&out, out_offset, &phase_dims, &phase_strides),
                 };
-                let result = launch_conv(client, operands, elem, &shape, &choice);
-                if let Err(e) = &result {
-                    log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e}");
+                match launch_conv(client, operands, elem, &shape, &choice) {
+                    Ok(()) => true,
+                    Err(e) if e.is_knobs() => {
+                        log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e}");
+                        false
+                    }
+                    // The arguments were checked above: a malformed problem is this module's bug.
+                    Err(e) => panic!("conv3d_channels_last: {e}"),
                 }
-                result.is_ok()
             });
             if !launched {
                 return None;

@@ -527,7 +527,7 @@ fn backward_into(
     [batches, channels, positions]: [usize; 3],
     norm: NormParams,
     config: Option<rmsnorm_silu_kernels::channels::ChannelsConfig>,
-) -> Result<(), rmsnorm_silu_kernels::ForwardError> {
+) -> Result<(), rmsnorm_silu_kernels::KernelError> {
     use crate::kernel_knobs::elem;
     rmsnorm_silu_kernels::channels::launch_channels_backward(
         &b.x.client,

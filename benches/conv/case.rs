@@ -108,7 +108,7 @@ impl Case {
             bias: Some(binding(&self.bias, &[s.c_out])),
             out: binding(out, &[s.batch, ot, oh, ow, s.c_out]),
         };
-        launch_conv(client, operands, BF16, s, choice)
+        launch_conv(client, operands, BF16, s, choice).map_err(|e| e.to_string())
     }
 
     /// max |got - ref| / rms(ref) over the sampled outputs, after a run on poisoned output

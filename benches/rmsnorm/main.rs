@@ -217,7 +217,7 @@ impl Buffers {
         client: &Client,
         scales: &Handle,
         knobs: &burn_rmsnorm_silu::kernels::nvfp4::Fp4Knobs,
-    ) -> Result<(), burn_rmsnorm_silu::kernels::ForwardError> {
+    ) -> Result<(), burn_rmsnorm_silu::kernels::KernelError> {
         use burn_rmsnorm_silu::kernels::nvfp4::{
             Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4,
         };

@@ -23,19 +23,32 @@ impl RowsProblem {
     }
 }
 
-/// Why a launch was refused. Every variant names the offending value.
+/// Why a kernel refused a launch: one type for every kernel of the crate (row, NVFP4, channels,
+/// backward, convolution). Every variant names the offending value.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ForwardError {
-    /// The knobs cannot run this problem on this device.
+pub enum KernelError {
+    /// The knobs (a table entry, a heuristic's or a caller's choice) cannot run this problem on
+    /// this device; another configuration may.
     InvalidKnobs(String),
+    /// The problem itself is malformed (a zero extent, a window that does not fit its input):
+    /// no configuration runs it.
+    InvalidProblem(String),
 }
 
-impl core::fmt::Display for ForwardError {
+impl KernelError {
+    /// Whether another configuration may run the problem (a caller's cue to fall back).
+    pub fn is_knobs(&self) -> bool {
+        matches!(self, KernelError::InvalidKnobs(_))
+    }
+}
+
+impl core::fmt::Display for KernelError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            ForwardError::InvalidKnobs(why) => write!(f, "invalid knobs: {why}"),
+            KernelError::InvalidKnobs(why) => write!(f, "invalid knobs: {why}"),
+            KernelError::InvalidProblem(why) => write!(f, "invalid problem: {why}"),
         }
     }
 }
 
-impl std::error::Error for ForwardError {}
+impl std::error::Error for KernelError {}

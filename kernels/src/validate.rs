@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use crate::device::{has_ptx_math, reduction_plane_width};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::params::Activation;
-use crate::problem::{ForwardError, RowsProblem};
+use crate::problem::{KernelError, RowsProblem};
 
 /// Why the lane layout of `cfg` (lanes per row, rows per cube, lane reduction; `plane_width`
 /// set) cannot run on `client`'s device, if it cannot: the checks the row and NVFP4 kernels
@@ -90,8 +90,8 @@ pub fn validate_knobs(
     problem: RowsProblem,
     byte_offsets: &[u64],
     elem_sizes: &[usize],
-) -> Result<(), ForwardError> {
-    let bad = |why: String| Err(ForwardError::InvalidKnobs(why));
+) -> Result<(), KernelError> {
+    let bad = |why: String| Err(KernelError::InvalidKnobs(why));
     let props = client.properties();
     let hw = &props.hardware;
     if knobs.vector_size == 0 || !problem.channels.is_multiple_of(knobs.vector_size) {

@@ -19,7 +19,7 @@ pub fn launch_backward(
     channels: usize,
     norm: NormParams,
     activation: Activation,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let knobs = BackwardKnobs::for_shape(client, channels, rows);
     let launch = |knobs| {
         launch_backward_with(
@@ -66,8 +66,8 @@ pub fn launch_backward_with(
     norm: NormParams,
     activation: Activation,
     knobs: BackwardKnobs,
-) -> Result<(), ForwardError> {
-    let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
+) -> Result<(), KernelError> {
+    let refuse = |why: String| Err(KernelError::InvalidKnobs(why));
     if knobs.fast_math && !has_ptx_math(client) {
         return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());
     }

@@ -27,7 +27,7 @@ use crate::device::{has_ptx_math, is_gpu, reduction_plane_width, threads_per_sm}
 use crate::knobs::LaneReduce;
 use crate::lanes::{horizontal_sum, tree_sum};
 use crate::params::{Activation, NormParams};
-use crate::problem::ForwardError;
+use crate::problem::KernelError;
 use crate::row_io::stage_words;
 
 mod knobs;

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
-use crate::problem::ForwardError;
+use crate::problem::KernelError;
 use crate::row_io::words_to_f32;
 use crate::select::widest_vector;
 
@@ -403,8 +403,8 @@ pub fn launch_channels_backward(
     norm: NormParams,
     activation: Activation,
     config: Option<ChannelsConfig>,
-) -> Result<(), ForwardError> {
-    let refuse = |why: String| Err(ForwardError::InvalidKnobs(why));
+) -> Result<(), KernelError> {
+    let refuse = |why: String| Err(KernelError::InvalidKnobs(why));
     if channels == 0 {
         return Ok(());
     }

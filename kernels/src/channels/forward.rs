@@ -13,7 +13,7 @@ use super::{
 use crate::activation::{LOG2_E, activate, silu_from_exponent};
 use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
-use crate::problem::ForwardError;
+use crate::problem::KernelError;
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
 
@@ -256,7 +256,7 @@ pub fn launch_channels(
     problem: ChannelsProblem,
     norm: NormParams,
     activation: Activation,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     launch_channels_with(
         client, x, gamma, out, x_type, gamma_type, problem, norm, activation, None,
     )
@@ -276,7 +276,7 @@ pub fn launch_channels_with(
     norm: NormParams,
     activation: Activation,
     config: Option<ChannelsConfig>,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let p = problem;
     if p.batches == 0 || p.channels == 0 || p.positions == 0 {
         return Ok(());
@@ -292,7 +292,7 @@ pub fn launch_channels_with(
     let offsets = [&x, &out].map(|h| (h.offset_start.unwrap_or(0), x_type.size()));
     let widest = widest_vector(client, x_type.size(), &strides, &offsets);
     if p.x_channel_stride < p.positions || p.out_channel_stride < p.positions {
-        return Err(ForwardError::InvalidKnobs(format!(
+        return Err(KernelError::InvalidKnobs(format!(
             "channel strides ({}, {}) must be >= the positions per channel {}",
             p.x_channel_stride, p.out_channel_stride, p.positions
         )));
@@ -314,19 +314,19 @@ pub fn launch_channels_with(
         || cfg.position_units == 0
         || units > hw.max_units_per_cube
     {
-        return Err(ForwardError::InvalidKnobs(format!(
+        return Err(KernelError::InvalidKnobs(format!(
             "channels config {cfg:?}: channel groups must be a power of two and the cube at \
              most {} units",
             hw.max_units_per_cube
         )));
     }
     if cfg.fast_math && !has_ptx_math(client) {
-        return Err(ForwardError::InvalidKnobs(
+        return Err(KernelError::InvalidKnobs(
             "channels: fast_math uses PTX instructions and needs a CUDA device".into(),
         ));
     }
     if cfg.prefetch {
-        return Err(ForwardError::InvalidKnobs(
+        return Err(KernelError::InvalidKnobs(
             "channels: prefetch is a knob of the channels-first backward, not the forward".into(),
         ));
     }

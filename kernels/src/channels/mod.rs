@@ -20,7 +20,7 @@ use cubecl::prelude::*;
 
 use crate::device::{has_ptx_math, is_gpu};
 use crate::params::Activation;
-use crate::problem::ForwardError;
+use crate::problem::KernelError;
 
 mod backward;
 mod forward;
@@ -140,11 +140,11 @@ fn plane_groups(client: &Client, position_units: u32, channel_groups: u32) -> u3
 
 /// The positions per unit vector: the widest the layout allows (`widest`), at most the
 /// config's `max_vector` (0: no limit), which must be a power of two.
-fn vector_for(widest: usize, cfg: &ChannelsConfig) -> Result<usize, ForwardError> {
+fn vector_for(widest: usize, cfg: &ChannelsConfig) -> Result<usize, KernelError> {
     match cfg.max_vector {
         0 => Ok(widest),
         v if v.is_power_of_two() => Ok(widest.min(v)),
-        v => Err(ForwardError::InvalidKnobs(format!(
+        v => Err(KernelError::InvalidKnobs(format!(
             "channels config: max_vector {v} must be 0 (the widest) or a power of two"
         ))),
     }

@@ -17,6 +17,7 @@
 //! view), `C_out <= MAX_OUT`.
 
 use super::{ConvOperands, ConvShape};
+use crate::problem::KernelError;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 
@@ -125,26 +126,27 @@ impl DirectKnobs {
     }
 
     /// Checks the knobs against `shape` and the device's cube limits.
-    pub fn validate(&self, shape: &ConvShape, max_units: u32) -> Result<(), String> {
+    pub fn validate(&self, shape: &ConvShape, max_units: u32) -> Result<(), KernelError> {
+        let bad = |why: String| Err(KernelError::InvalidKnobs(why));
         let [ux, uy] = self.units;
         if ux == 0 || uy == 0 || self.rows_per_unit == 0 || self.rows_per_unit > 32 {
-            return Err(format!(
+            return bad(format!(
                 "{self}: units must be nonzero and rows per unit 1 to 32"
             ));
         }
         if ux * uy > max_units {
-            return Err(format!(
+            return bad(format!(
                 "{self}: {} units exceed the cube's {max_units}",
                 ux * uy
             ));
         }
         if !(self.chunk as usize).is_power_of_two() || self.chunk > 64 {
-            return Err(format!(
+            return bad(format!(
                 "{self}: the channel chunk must be a power of two up to 64"
             ));
         }
         if shape.c_out == 0 || shape.c_out > MAX_OUT {
-            return Err(format!(
+            return bad(format!(
                 "the direct convolution computes 1 to {MAX_OUT} output channels, got {}",
                 shape.c_out
             ));
@@ -383,18 +385,19 @@ pub fn launch_direct(
     elem: ElemType,
     shape: &ConvShape,
     knobs: &DirectKnobs,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
+    let bad = |why: String| Err(KernelError::InvalidKnobs(why));
     let hw = &client.properties().hardware;
     knobs.validate(shape, hw.max_units_per_cube)?;
     if knobs.shared_bytes(shape) > hw.max_shared_memory_size {
-        return Err(format!(
+        return bad(format!(
             "{knobs}: {} bytes of shared memory per cube, the device has {}",
             knobs.shared_bytes(shape),
             hw.max_shared_memory_size
         ));
     }
     if !matches!(elem, ElemType::Float(_)) {
-        return Err(format!(
+        return bad(format!(
             "the direct convolution runs f32 / f16 / bf16, got {elem:?}"
         ));
     }
@@ -404,10 +407,12 @@ pub fn launch_direct(
         bias,
         out,
     } = operands;
-    let bias = bias.ok_or("the direct convolution needs a bias")?;
+    let Some(bias) = bias else {
+        return bad("the direct convolution needs a bias".into());
+    };
     let (xs, ys) = (input.strides.to_vec(), out.strides.to_vec());
     if xs.len() != 5 || ys.len() != 5 || xs[4] != 1 || ys[4] != 1 {
-        return Err(format!(
+        return bad(format!(
             "the direct convolution wants 5-D strides with contiguous channels, got input \
              {xs:?} and output {ys:?}"
         ));
@@ -418,7 +423,7 @@ pub fn launch_direct(
     let tiles_w = out_w.div_ceil(tile_w);
     let cubes = shape.batch * out_t * tiles_h * tiles_w;
     if cubes > hw.max_cube_count.0 as usize {
-        return Err(format!(
+        return bad(format!(
             "{cubes} tiles exceed the device's {} cubes per launch",
             hw.max_cube_count.0
         ));
@@ -535,13 +540,19 @@ mod tests {
             DirectKnobs::default()
                 .validate(&wide, 1024)
                 .unwrap_err()
+                .to_string()
                 .contains("1 to 4")
         );
         let big = DirectKnobs {
             units: [64, 32],
             ..DirectKnobs::default()
         };
-        assert!(big.validate(&shape, 1024).unwrap_err().contains("exceed"));
+        assert!(
+            big.validate(&shape, 1024)
+                .unwrap_err()
+                .to_string()
+                .contains("exceed")
+        );
         let odd = DirectKnobs {
             chunk: 12,
             ..DirectKnobs::default()
@@ -549,6 +560,7 @@ mod tests {
         assert!(
             odd.validate(&shape, 1024)
                 .unwrap_err()
+                .to_string()
                 .contains("power of two")
         );
         // The CubeCL CPU runtime on two cores: two units per cube, at most 2 along an axis.

@@ -18,6 +18,7 @@ pub mod direct;
 pub mod knobs;
 pub mod table;
 
+use crate::problem::KernelError;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::zspace::Shape;
@@ -70,9 +71,10 @@ impl ConvShape {
     /// Checks that the padding and output extents describe a stride-1 convolution of the
     /// input: every output position's window starts inside `[-padding, input)`, and the
     /// implied end padding is at most the kernel extent minus one.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), KernelError> {
+        let bad = |why: String| Err(KernelError::InvalidProblem(why));
         if self.batch == 0 || self.c_in == 0 || self.c_out == 0 {
-            return Err(format!("conv: empty batch or channels in {self:?}"));
+            return bad(format!("conv: empty batch or channels in {self:?}"));
         }
         for axis in 0..3 {
             let (i, k, p, o) = (
@@ -82,17 +84,17 @@ impl ConvShape {
                 self.output[axis],
             );
             if k == 0 || o == 0 || i == 0 {
-                return Err(format!("conv: axis {axis} has a zero extent in {self:?}"));
+                return bad(format!("conv: axis {axis} has a zero extent in {self:?}"));
             }
             if p >= k {
-                return Err(format!(
+                return bad(format!(
                     "conv: axis {axis} padding {p} must be below the kernel extent {k}"
                 ));
             }
             // The end padding the output implies: `o = i + p + end - k + 1`.
             let end = (o + k - 1) as isize - (i + p) as isize;
             if end < 0 || end >= k as isize {
-                return Err(format!(
+                return bad(format!(
                     "conv: axis {axis}: output {o} does not fit input {i}, kernel {k}, padding {p}"
                 ));
             }
@@ -262,13 +264,15 @@ pub fn launch_conv(
     elem: ElemType,
     shape: &ConvShape,
     choice: &ConvChoice,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     let knobs = match choice {
         ConvChoice::Direct(knobs) => return launch_direct(client, operands, elem, shape, knobs),
         ConvChoice::Knobs(knobs) => Some(knobs),
         ConvChoice::Inferred => None,
     };
-    launch_cubek(client, operands, elem, shape, knobs).map_err(|e| format!("{e:?}"))
+    shape.validate()?;
+    launch_cubek(client, operands, elem, shape, knobs)
+        .map_err(|e| KernelError::InvalidKnobs(format!("cubek refused the configuration: {e:?}")))
 }
 
 /// cubek's implicit GEMM with `knobs`, or with cubek's own selection for `None`.

@@ -16,7 +16,7 @@ pub fn launch_forward(
     norm: NormParams,
     activation: Activation,
     knobs: &Knobs,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let target = OutputTarget {
         handle: out,
         kind: Output::Input,
@@ -75,7 +75,7 @@ pub fn launch_forward_fp8(
     activation: Activation,
     scale: f32,
     knobs: &Knobs,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let target = OutputTarget::fp8(out, scale, None);
     launch_forward_to(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
@@ -99,7 +99,7 @@ pub fn launch_forward_fp8_amax(
     activation: Activation,
     scale: f32,
     knobs: &Knobs,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let target = OutputTarget::fp8(out, scale, Some(amax));
     launch_forward_to(
         client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
@@ -120,7 +120,7 @@ pub fn launch_forward_to(
     norm: NormParams,
     activation: Activation,
     knobs: &Knobs,
-) -> Result<(), ForwardError> {
+) -> Result<(), KernelError> {
     let out = target.handle;
     let RowsProblem {
         rows,

@@ -19,7 +19,7 @@ use crate::fp8_out::{e4m3_words, encode, nan_max, vector_amax};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
-use crate::problem::{ForwardError, RowsProblem};
+use crate::problem::{KernelError, RowsProblem};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
     add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,

@@ -30,8 +30,8 @@ pub fn launch_forward_nvfp4(
     norm: NormParams,
     activation: Activation,
     knobs: &Fp4Knobs,
-) -> Result<(), ForwardError> {
-    let bad = |why: String| Err(ForwardError::InvalidKnobs(why));
+) -> Result<(), KernelError> {
+    let bad = |why: String| Err(KernelError::InvalidKnobs(why));
     let RowsProblem {
         rows,
         channels,
