@@ -115,7 +115,7 @@ for step in "${steps[@]}"; do
              # with random weights on a random 480p latent of WAN_FRAMES (default 21) latent
              # frames, the assembly timed both ways (--probe-assembly), cubecl's memory events in
              # wanprobe-memory.log; then the same with the pools' free pages kept
-             # (--release-memory-every 0) or released every 4 frames instead of every frame, and
+             # (--release-memory-first 0) or released every frame instead of after the first 3, and
              # with a synchronisation around each call. Each run's peak from nvidia-smi and from
              # cubecl's pools.
              wanrun() { # name, cubecl.toml addition, wan arguments...
@@ -129,8 +129,8 @@ for step in "${steps[@]}"; do
                  echo "== $name $*"; grep -vE "^latent frame|^Wan VAE|^latent \[|^81 frames" "$out/$name.log" | cut -c1-400
              }
              wanrun wanprobe "\n[memory.logger]\nfile = \"$out/wanprobe-memory.log\"\nlevel = \"basic\"\n" --probe-assembly
-             wanrun wanprobe-keep "" --no-profile --release-memory-every 0
-             wanrun wanprobe-every4 "" --no-profile --release-memory-every 4
+             wanrun wanprobe-keep "" --no-profile --release-memory-first 0
+             wanrun wanprobe-every1 "" --no-profile --release-memory-every 1
              wanrun wanprobe-synced "" --no-profile --sync-calls on ;;
         wan) # The full-size Wan2.1 decoder (diffusers' random weights) at 480p, bf16, side by side
              # with diffusers on the same weights and latent: WAN_FRAMES latent frames (default
@@ -153,7 +153,7 @@ for step in "${steps[@]}"; do
                      | tail -2 | tee -a "$out/wan-$t.log"
                  rm -f "$work/ours_t$t.safetensors"; pack
                  # WAN_VARIANT="flags": the same decode again with other decoder flags (e.g.
-                 # "--release-memory-every 0 --release-memory-first 3"), its own log and peak.
+                 # "--release-memory-every 1"), its own log and peak.
                  if [ -n "${WAN_VARIANT:-}" ]; then
                      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wan-$t-variant-mem.txt" 2>/dev/null & smi=$!
                      (cd gpu && timeout "${WAN_TIMEOUT:-200}" ./wan --weights "$work/wan21_random_decoder.safetensors" \

@@ -184,3 +184,71 @@ fn bad_targets_are_refused_by_name() {
         );
     }
 }
+
+/// The write behind the cached frames costs what the plain op costs (in place: no copy of the
+/// target, no copy of `x`), timed as the decoder calls it: the target made by a slice
+/// assignment of two cached frames into an empty buffer. Ignored: a timing (run it on the
+/// device the numbers are for).
+#[test]
+#[ignore]
+fn into_costs_what_the_plain_op_costs() {
+    use burn::tensor::s;
+    let device = device();
+    let [t, h, w, c] = if on_gpu() {
+        [4, 480, 832, 96]
+    } else {
+        [4, 60, 104, 96]
+    };
+    let mut rng = rng("into timing");
+    let x = tensor::<5>(
+        &randn(&mut rng, t * h * w * c),
+        [1, t, h, w, c],
+        DType::BF16,
+        &device,
+    );
+    let cached = tensor::<5>(
+        &randn(&mut rng, 2 * h * w * c),
+        [1, 2, h, w, c],
+        DType::BF16,
+        &device,
+    );
+    let gamma = tensor::<1>(&uniform(&mut rng, c, 0.5, 1.5), [c], DType::BF16, &device);
+    let options = RmsNormSiluOptions::wan();
+    // The best of 5 calls, each between two syncs, its input made before the first.
+    let time = |f: &dyn Fn(Tensor<5>) -> Tensor<5>, input: &dyn Fn() -> Tensor<5>| {
+        let mut best = f64::INFINITY;
+        for _ in 0..6 {
+            let arg = input();
+            device.sync().expect("sync");
+            let start = std::time::Instant::now();
+            let y = f(arg);
+            device.sync().expect("sync");
+            best = best.min(start.elapsed().as_secs_f64());
+            drop(y);
+        }
+        best
+    };
+    let target = || {
+        Tensor::<5>::empty([1, 2 + t, h, w, c], (&device, DType::BF16))
+            .slice_assign(s![.., 0..2], cached.clone())
+    };
+    let plain = time(
+        &|x| burn_rmsnorm_silu::rms_norm_silu_with(x, gamma.clone(), options),
+        &|| x.clone(),
+    );
+    let into = time(
+        &|target| rms_norm_silu_into(x.clone(), gamma.clone(), options, target, 1, 2),
+        &target,
+    );
+    // Bytes the op must move: x read, its output written.
+    let bytes = 2.0 * (t * h * w * c * 2) as f64;
+    println!(
+        "[1, {t}, {h}, {w}, {c}] bf16: plain {:.1} us ({:.0} GB/s), into {:.1} us ({:.0} GB/s), \
+         {:.2}x",
+        plain * 1e6,
+        bytes / plain / 1e9,
+        into * 1e6,
+        bytes / into / 1e9,
+        into / plain
+    );
+}

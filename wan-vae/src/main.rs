@@ -100,12 +100,12 @@ struct Args {
     #[arg(long)]
     probe_assembly: bool,
     /// Give the memory pools' free pages back to the driver after every N latent frames
-    /// (cubecl's memory cleanup); 0: never
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    release_memory_every: usize,
-    /// Also give them back after each of the first N latent frames (where the chunk shapes
-    /// still change); with `--release-memory-every 0`, only there
+    /// (cubecl's memory cleanup); 0: never (beyond --release-memory-first)
     #[arg(long, value_name = "N", default_value_t = 0)]
+    release_memory_every: usize,
+    /// Also give them back after each of the first N latent frames, where the chunk shapes
+    /// still change (after them the pools' pages are reused as they are)
+    #[arg(long, value_name = "N", default_value_t = 3)]
     release_memory_first: usize,
 }
 

@@ -45,14 +45,16 @@ pub struct Ctx {
     /// synchronisations are (the small decoder: 2.5 s with, 11.8 s without, 2026-12-06).
     pub sync_calls: bool,
     /// Give the memory pools' free pages back to the driver (cubecl's memory cleanup) after
-    /// every this many latent frames; 0: never. Without it the freed pages of pools that the
+    /// every this many latent frames; 0 (the default): never, beyond
+    /// [`Self::release_memory_first`]. Without any cleanup the freed pages of pools that the
     /// growing chunk shapes outdate stay with the process: the full-size decode of 21 latent
-    /// frames held 14.4 GB (nvidia-smi) for 2.7 GiB of live tensors, and 8.0 GB with a cleanup
-    /// after every frame, 7 % slower (H100, 2026-12-07).
+    /// frames held 14.4 GB (nvidia-smi) for 2.7 GiB of live tensors (H100, 2026-12-07).
     pub release_memory_every: usize,
-    /// Also give them back after each of the first this many latent frames (0: none): the
+    /// Also give them back after each of the first this many latent frames (default 3): the
     /// chunk shapes change only over the first frames, after which the pools' pages are reused
-    /// as they are.
+    /// as they are. Full-size decode of 21 latent frames (H100, 2026-12-07,
+    /// `results/2026-12-07-h100-conv-tune-decode/decode/`): after each of the first 3 frames
+    /// 1.339-1.373 s (5 decodes), 6.2 GB peak in nvidia-smi; after every frame 1.475-1.506 s.
     pub release_memory_first: usize,
     pub norm_time: Cell<Duration>,
     pub conv_time: Cell<Duration>,
@@ -109,8 +111,8 @@ impl Ctx {
             fused,
             profile,
             sync_calls: false,
-            release_memory_every: 1,
-            release_memory_first: 0,
+            release_memory_every: 0,
+            release_memory_first: 3,
             norm_time: Cell::new(Duration::ZERO),
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
