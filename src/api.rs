@@ -106,7 +106,7 @@ pub fn rms_norm_silu_with<const D: usize>(
 ///
 /// Where the slice is one contiguous block of `into` (every axis before `dim` has length 1,
 /// e.g. frames of a `[1, T, H, W, C]` video), CubeCL backends write it in place when `into` is
-/// not shared: a causal convolution's input buffer gets its new frames behind the cached ones
+/// not shared and its rows are dense or at a fixed pitch (as CUDA allocates them): a causal convolution's input buffer gets its new frames behind the cached ones
 /// without a concatenation. Otherwise the result is the same, through a slice assignment.
 ///
 /// # Panics

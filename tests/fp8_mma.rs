@@ -7,6 +7,10 @@
 //!
 //! `#[ignore]`: a probe for GPUs (`--ignored fp8_mma`); on a device without the instruction it
 //! asserts that the device does not list it.
+//!
+//! The second probe issues the instruction in the form PTX gives it for sm_89 and sm_90
+//! (`mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`, inline PTX): cubecl 0.11.3 writes
+//! the `.kind::f8f6f4` form of sm_120, which ptxas refuses for sm_90a.
 
 use burn::backend::DispatchDevice;
 use rmsnorm_silu_kernels::cubecl;
@@ -84,6 +88,101 @@ fn mma_probe(a: &[e4m3], b: &[e4m3], out: &mut [f32]) {
     }
 }
 
+/// The same product through inline PTX: `a` row-major and `b` column-major as 32-bit words of
+/// four E4M3 codes (the lowest byte the lowest column or row). Fragments as the PTX ISA lays out
+/// m16n8k32 for 8-bit types: lane `g * 4 + t` holds A's rows g and g + 8 at columns `4t..4t+4`
+/// and `16+4t..`, B's column g at rows `4t..4t+4` and `16+4t..`, and D's rows g and g + 8 at
+/// columns `2t, 2t + 1`.
+#[cube(launch)]
+fn mma_ptx_probe(a: &[u32], b_columns: &[u32], out: &mut [f32]) {
+    let lane = UNIT_POS_PLANE as usize;
+    let (g, t) = (lane / 4, lane % 4);
+    let words = K / 4;
+    let a0 = a[g * words + t];
+    let a1 = a[(g + 8) * words + t];
+    let a2 = a[g * words + 4 + t];
+    let a3 = a[(g + 8) * words + 4 + t];
+    let b0 = b_columns[g * words + t];
+    let b1 = b_columns[g * words + 4 + t];
+    let zero = 0.0f32;
+    let d0: f32;
+    let d1: f32;
+    let d2: f32;
+    let d3: f32;
+    gpu_asm!(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}};",
+        out(_) d0, out(_) d1, out(_) d2, out(_) d3,
+        in(_) a0, in(_) a1, in(_) a2, in(_) a3,
+        in(_) b0, in(_) b1,
+        in(_) zero, in(_) zero, in(_) zero, in(_) zero
+    );
+    out[g * N + 2 * t] = d0;
+    out[g * N + 2 * t + 1] = d1;
+    out[(g + 8) * N + 2 * t] = d2;
+    out[(g + 8) * N + 2 * t + 1] = d3;
+}
+
+/// Integers in -3..=3 (exact in E4M3; each output a sum of 32 products of at most 9): `a`
+/// (M x K) and `b` (K x N), row-major.
+fn small_integer_operands() -> (Vec<f32>, Vec<f32>) {
+    let a = (0..M * K).map(|i| ((i * 7 + 3) % 7) as f32 - 3.0).collect();
+    let b = (0..K * N).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
+    (a, b)
+}
+
+fn e4m3_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().map(|&x| e4m3::from_f32(x).to_bits()).collect()
+}
+
+/// Checks `got` (M x N, row-major) exactly against the host product of `a` and `b`.
+fn assert_product(got: &[f32], a: &[f32], b: &[f32], what: &str) {
+    for r in 0..M {
+        for c in 0..N {
+            let want: f32 = (0..K).map(|k| a[r * K + k] * b[k * N + c]).sum();
+            assert_eq!(got[r * N + c], want, "{what}: output ({r}, {c})");
+        }
+    }
+}
+
+#[test]
+#[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
+fn e4m3_mma_in_inline_ptx_matches_the_host_product() {
+    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
+        panic!("the FP8 MMA probe needs a CubeCL device");
+    };
+    let client = cube.client();
+    let name = client.properties().identity.name.clone();
+    let sm = rmsnorm_silu_kernels::device::device_sm(&client);
+    if !matches!(sm, Some(89..)) {
+        eprintln!("{name}: not a CUDA device of sm_89 or newer; nothing to probe");
+        return;
+    }
+    let (a, b) = small_integer_operands();
+    let b_columns: Vec<f32> = (0..N * K).map(|i| b[(i % K) * N + i / K]).collect();
+    let a_handle = client.create_from_slice(&e4m3_bytes(&a));
+    let b_handle = client.create_from_slice(&e4m3_bytes(&b_columns));
+    let poison = vec![f32::NAN; M * N];
+    let out: Handle = client.create_from_slice(f32::as_bytes(&poison));
+    unsafe {
+        mma_ptx_probe::launch(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(32),
+            BufferArg::from_raw_parts(a_handle, M * K / 4),
+            BufferArg::from_raw_parts(b_handle, K * N / 4),
+            BufferArg::from_raw_parts(out.clone(), M * N),
+        )
+    };
+    let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
+    assert_product(
+        &got,
+        &a,
+        &b,
+        &format!("{name}: E4M3 mma.sync m16n8k32 in inline PTX"),
+    );
+    eprintln!("{name}: E4M3 mma.sync m16n8k32 in inline PTX matches the host product");
+}
+
 #[test]
 #[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
 fn e4m3_mma_matches_the_host_product() {
@@ -110,13 +209,9 @@ fn e4m3_mma_matches_the_host_product() {
         );
         return;
     }
-    // Integers in -3..=3: exact in E4M3; each output a sum of 32 products of at most 9.
-    let a: Vec<f32> = (0..M * K).map(|i| ((i * 7 + 3) % 7) as f32 - 3.0).collect();
-    let b: Vec<f32> = (0..K * N).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
-    let to_e4m3 =
-        |v: &[f32]| -> Vec<u8> { v.iter().map(|&x| e4m3::from_f32(x).to_bits()).collect() };
-    let a_handle = client.create_from_slice(&to_e4m3(&a));
-    let b_handle = client.create_from_slice(&to_e4m3(&b));
+    let (a, b) = small_integer_operands();
+    let a_handle = client.create_from_slice(&e4m3_bytes(&a));
+    let b_handle = client.create_from_slice(&e4m3_bytes(&b));
     let poison = vec![f32::NAN; M * N];
     let out: Handle = client.create_from_slice(f32::as_bytes(&poison));
     unsafe {
@@ -129,17 +224,7 @@ fn e4m3_mma_matches_the_host_product() {
             BufferArg::from_raw_parts(out.clone(), M * N),
         )
     };
-    let bytes = client.read_one_unchecked(out);
-    let got = f32::from_bytes(&bytes);
-    for r in 0..M {
-        for c in 0..N {
-            let want: f32 = (0..K).map(|k| a[r * K + k] * b[k * N + c]).sum();
-            assert_eq!(
-                got[r * N + c],
-                want,
-                "{name}: E4M3 mma.sync m16n8k32, output ({r}, {c})"
-            );
-        }
-    }
+    let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
+    assert_product(&got, &a, &b, &format!("{name}: E4M3 mma.sync m16n8k32"));
     eprintln!("{name}: E4M3 mma.sync m16n8k32 matches the host product ({M}x{N}x{K})");
 }

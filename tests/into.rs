@@ -2,7 +2,7 @@
 //! causal convolution's cached ones), against the f64 reference; the rest of the target keeps
 //! its values, a shared target is not changed under its other owners.
 
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Tensor, s};
 use burn_rmsnorm_silu::{RmsNormSiluOptions, rms_norm_silu_into};
 use rmsnorm_silu_kernels::Activation;
 
@@ -141,6 +141,27 @@ fn shared_and_strided_targets_keep_their_meaning() {
         DType::F32,
         "permuted target",
     );
+
+    // A target sliced from wider rows (the first 16 of each row of a [1, 5, 2, 3, 24] buffer):
+    // rows at a pitch, as CUDA allocates rows whose width is not a power of two bytes, written
+    // in place there (the CPU runtime's fusion hands the slice over dense).
+    let stored = tensor(
+        &vec![POISON; n / 16 * 24],
+        [1, 5, 2, 3, 24],
+        DType::F32,
+        &device,
+    );
+    let out = run(stored.slice(s![.., .., .., .., 0..16]));
+    check(
+        &values(out),
+        &x,
+        &gamma,
+        shape,
+        3,
+        2,
+        DType::F32,
+        "pitched target",
+    );
 }
 
 #[test]
@@ -192,7 +213,6 @@ fn bad_targets_are_refused_by_name() {
 #[test]
 #[ignore]
 fn into_costs_what_the_plain_op_costs() {
-    use burn::tensor::s;
     let device = device();
     let [t, h, w, c] = if on_gpu() {
         [4, 480, 832, 96]

@@ -286,8 +286,9 @@ pub fn forward(
     out
 }
 
-/// [`forward`] written over elements `offset..offset + numel(x)` of `into` (row-major), in
-/// place when `into` is dense and not shared, else into a dense copy of it; returns `into`.
+/// [`forward`] written over elements `offset..offset + numel(x)` of `into` (counted row-major,
+/// dense), in place when `into`'s rows lie one after another (dense, or pitched as CUDA
+/// allocates them) and it is not shared, else into a dense copy of it; returns `into`.
 pub fn forward_into(
     x: CubeTensor,
     gamma: CubeTensor,
@@ -300,14 +301,20 @@ pub fn forward_into(
         x.dtype, into.dtype,
         "rms_norm_silu_into: `into` must have the dtype of `x`"
     );
-    let rows = RowInputs::new(x, gamma);
-    let needed = offset + rows.problem.rows * rows.problem.channels;
+    let mut rows = RowInputs::new(x, gamma);
+    let channels = rows.problem.channels;
+    let needed = offset + rows.problem.rows * channels;
     assert!(
         needed <= into.shape().num_elements(),
         "rms_norm_silu_into: elements {offset}..{needed} are not all in `into` ({:?})",
         into.shape()
     );
-    let into = if into.is_contiguous() && into.can_mut() {
+    // Rows of `into` stored one after another at a fixed pitch are written in place: on CUDA
+    // `Tensor::empty` pads rows to a power of two bytes (cubecl's pitched allocations: C = 96 in
+    // bf16 takes 256-byte rows), and a copy to a dense buffer would cost more than the op.
+    let pitched =
+        !into.meta.is_tiled() && row_pitch(into.meta.shape(), into.meta.strides()).is_some();
+    let into = if pitched && into.can_mut() {
         into
     } else if into.is_contiguous() {
         into.copy()
@@ -317,10 +324,14 @@ pub fn forward_into(
     if rows.problem.rows == 0 {
         return into;
     }
+    let pitch = row_pitch(into.meta.shape(), into.meta.strides()).unwrap_or(channels);
+    rows.problem.out_row_stride = pitch;
+    // `offset` counts dense elements and is a whole number of rows (`dim` is not the last axis).
+    let start = offset / channels.max(1) * pitch;
     let mut view = into.clone();
     view.handle = view
         .handle
-        .offset_start((offset * rows.x_type.size()) as u64);
+        .offset_start((start * rows.x_type.size()) as u64);
     let target = OutputTarget {
         handle: view.handle.clone(),
         kind: Output::Input,
