@@ -5,7 +5,9 @@
 
 use burn::tensor::DType;
 use burn_cubecl::{CubeDevice, tensor::CubeTensor};
-use rmsnorm_silu_kernels::backward::{BackwardKnobs, launch_backward, launch_backward_with};
+use rmsnorm_silu_kernels::backward::{
+    BackwardKnobs, BackwardOperands, launch_backward, launch_backward_with,
+};
 use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
 
@@ -83,13 +85,15 @@ pub fn fused_gradients_with(
     let b = GradientBuffers::upload(x, gamma, w, vec![rows, channels], dtype, &cube_device());
     launch_backward_with(
         &b.x.client,
-        b.x.handle.clone(),
-        b.gamma.handle.clone(),
-        b.dy.handle.clone(),
-        b.dx.handle.clone(),
-        b.dgamma.handle.clone(),
-        elem(dtype),
-        elem(dtype),
+        BackwardOperands {
+            x: b.x.handle.clone(),
+            gamma: b.gamma.handle.clone(),
+            dy: b.dy.handle.clone(),
+            dx: b.dx.handle.clone(),
+            dgamma: b.dgamma.handle.clone(),
+            x_type: elem(dtype),
+            gamma_type: elem(dtype),
+        },
         rows,
         channels,
         norm,
@@ -429,13 +433,15 @@ fn default_backward_runs_where_prefetch_cannot() {
     let b = GradientBuffers::upload(&x, &gamma, &w, vec![rows, channels], DType::BF16, &device);
     launch_backward(
         &b.x.client,
-        b.x.handle.clone(),
-        b.gamma.handle.clone(),
-        b.dy.handle.clone(),
-        b.dx.handle.clone(),
-        b.dgamma.handle.clone(),
-        elem(DType::BF16),
-        elem(DType::BF16),
+        BackwardOperands {
+            x: b.x.handle.clone(),
+            gamma: b.gamma.handle.clone(),
+            dy: b.dy.handle.clone(),
+            dx: b.dx.handle.clone(),
+            dgamma: b.dgamma.handle.clone(),
+            x_type: elem(DType::BF16),
+            gamma_type: elem(DType::BF16),
+        },
         rows,
         channels,
         norm,
@@ -461,13 +467,15 @@ fn too_wide_rows_are_refused_or_correct() {
     let gt = upload(&gamma, vec![channels], DType::F32, &device);
     let result = launch_backward(
         &xt.client,
-        xt.handle.clone(),
-        gt.handle.clone(),
-        xt.handle.clone(),
-        xt.handle.clone(),
-        gt.handle.clone(),
-        elem(DType::F32),
-        elem(DType::F32),
+        BackwardOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            dy: xt.handle.clone(),
+            dx: xt.handle.clone(),
+            dgamma: gt.handle.clone(),
+            x_type: elem(DType::F32),
+            gamma_type: elem(DType::F32),
+        },
         rows,
         channels,
         NormParams::rms(1e-5),

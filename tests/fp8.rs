@@ -3,8 +3,8 @@
 
 use burn::tensor::DType;
 use rmsnorm_silu_kernels::formats::{e4m3_decode, e4m3_encode};
-use rmsnorm_silu_kernels::forward::launch_forward_fp8;
-use rmsnorm_silu_kernels::{Activation, Knobs, NormParams, RowsProblem, select_knobs};
+use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
+use rmsnorm_silu_kernels::{Activation, Knobs, NormParams, RowOperands, RowsProblem, select_knobs};
 
 use crate::common::*;
 use crate::kernel_knobs::{cube_device, elem, upload};
@@ -28,17 +28,18 @@ fn fp8_codes(
     let out = client.create_from_slice(&vec![0x7Fu8; rows * channels]);
     let problem = RowsProblem::dense(rows, channels);
     let knobs = knobs.unwrap_or_else(|| select_knobs(&client, problem, 2, 2, 256));
-    launch_forward_fp8(
+    launch_forward_to(
         &client,
-        xt.handle.clone(),
-        gt.handle.clone(),
-        out.clone(),
-        elem(DType::BF16),
-        elem(DType::BF16),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(DType::BF16),
+            gamma_type: elem(DType::BF16),
+        },
+        OutputTarget::fp8(out.clone(), scale, None),
         problem,
         norm,
         Activation::Silu,
-        scale,
         &knobs,
     )
     .unwrap_or_else(|e| panic!("{knobs}: {e}"));
@@ -353,7 +354,6 @@ fn check_fp8_amax(
     nan_row: bool,
     knobs: Option<Knobs>,
 ) {
-    use rmsnorm_silu_kernels::forward::launch_forward_fp8_amax;
     let device = cube_device();
     let (mut x, gamma, eps) = cudnn_inputs(rng, rows, channels, DType::BF16);
     if nan_row {
@@ -382,18 +382,18 @@ fn check_fp8_amax(
     let amax = client.create_from_slice(&f32::NAN.to_le_bytes());
     let problem = RowsProblem::dense(rows, channels);
     let knobs = knobs.unwrap_or_else(|| select_knobs(&client, problem, 2, 2, 256));
-    launch_forward_fp8_amax(
+    launch_forward_to(
         &client,
-        xt.handle.clone(),
-        gt.handle.clone(),
-        out,
-        amax.clone(),
-        elem(DType::BF16),
-        elem(DType::BF16),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(DType::BF16),
+            gamma_type: elem(DType::BF16),
+        },
+        OutputTarget::fp8(out, scale, Some(amax.clone())),
         problem,
         norm,
         Activation::Silu,
-        scale,
         &knobs,
     )
     .unwrap();

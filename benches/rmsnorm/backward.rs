@@ -34,7 +34,9 @@ pub(crate) fn grid_sweep(
 /// caps 1 and 2, and of vectors of 4 elements on several grids, and reports the best (and the
 /// sweep's five fastest in the log).
 pub(crate) fn backward(timer: &mut Timer, args: &Args) {
-    use burn_rmsnorm_silu::kernels::backward::{BackwardKnobs, launch_backward_with};
+    use burn_rmsnorm_silu::kernels::backward::{
+        BackwardKnobs, BackwardOperands, launch_backward_with,
+    };
     let client = timer.client.clone();
     let mut csv = String::from(
         "c,t,kernel_us,copy_us,ratio_to_copy,gbps,ieee_us,ieee_ratio,best_knobs,best_us,best_ratio\n",
@@ -61,13 +63,15 @@ pub(crate) fn backward(timer: &mut Timer, args: &Args) {
             let launch = |knobs: BackwardKnobs| {
                 launch_backward_with(
                     &client,
-                    x.clone(),
-                    gamma.clone(),
-                    dy.clone(),
-                    dx.clone(),
-                    dgamma.clone(),
-                    BF16,
-                    BF16,
+                    BackwardOperands {
+                        x: x.clone(),
+                        gamma: gamma.clone(),
+                        dy: dy.clone(),
+                        dx: dx.clone(),
+                        dgamma: dgamma.clone(),
+                        x_type: BF16,
+                        gamma_type: BF16,
+                    },
                     t,
                     c,
                     NormParams::rms(1e-6 / c as f32),

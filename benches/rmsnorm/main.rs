@@ -38,8 +38,8 @@ use burn_rmsnorm_silu::kernels::select::pick_vector_size;
 use burn_rmsnorm_silu::kernels::timing::{CopyShape, Timer, median};
 use burn_rmsnorm_silu::kernels::validate::validate_knobs;
 use burn_rmsnorm_silu::kernels::{
-    Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowsProblem, heuristic_knobs,
-    launch_forward, select_knobs_with_source, table_derived_knobs,
+    Activation, GammaIn, KnobSource, Knobs, LaneReduce, NormParams, RowOperands, RowsProblem,
+    heuristic_knobs, launch_forward, select_knobs_with_source, table_derived_knobs,
 };
 use burn_rmsnorm_silu::rms_norm_silu;
 
@@ -179,11 +179,13 @@ impl Buffers {
         }
         launch_forward(
             client,
-            self.x.clone(),
-            self.gamma.clone(),
+            RowOperands {
+                x: self.x.clone(),
+                gamma: self.gamma.clone(),
+                x_type: BF16,
+                gamma_type: BF16,
+            },
             self.out.clone(),
-            BF16,
-            BF16,
             self.problem,
             self.norm(),
             self.activation,
@@ -194,17 +196,18 @@ impl Buffers {
 
     /// FP8 E4M3 out (scale 1) into `out`, whatever `fp8` says.
     fn launch_fp8(&self, client: &Client, knobs: &Knobs) {
-        burn_rmsnorm_silu::kernels::forward::launch_forward_fp8(
+        burn_rmsnorm_silu::kernels::forward::launch_forward_to(
             client,
-            self.x.clone(),
-            self.gamma.clone(),
-            self.out.clone(),
-            BF16,
-            BF16,
+            RowOperands {
+                x: self.x.clone(),
+                gamma: self.gamma.clone(),
+                x_type: BF16,
+                gamma_type: BF16,
+            },
+            burn_rmsnorm_silu::kernels::forward::OutputTarget::fp8(self.out.clone(), 1.0, None),
             self.problem,
             self.norm(),
             self.activation,
-            1.0,
             knobs,
         )
         .expect("fp8 launch");
@@ -223,8 +226,12 @@ impl Buffers {
         };
         launch_forward_nvfp4(
             client,
-            self.x.clone(),
-            self.gamma.clone(),
+            RowOperands {
+                x: self.x.clone(),
+                gamma: self.gamma.clone(),
+                x_type: BF16,
+                gamma_type: BF16,
+            },
             Fp4Target {
                 codes: self.out.clone(),
                 scales: scales.clone(),
@@ -232,8 +239,6 @@ impl Buffers {
                 layout: ScaleLayout::RowMajor,
                 s_enc: 100.0,
             },
-            BF16,
-            BF16,
             self.problem,
             self.norm(),
             Activation::Silu,

@@ -58,7 +58,7 @@ pub mod validate;
 pub use forward::launch_forward;
 pub use knobs::{GammaIn, Knobs, LaneReduce};
 pub use params::{Activation, NormParams};
-pub use problem::{KernelError, RowsProblem};
+pub use problem::{KernelError, RowOperands, RowsProblem};
 pub use select::{
     KnobSource, heuristic_knobs, select_knobs, select_knobs_with_source, table_derived_knobs,
 };

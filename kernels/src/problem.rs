@@ -1,4 +1,19 @@
-//! What every row kernel's launcher shares: the problem it is given and why it may refuse.
+//! What every row kernel's launcher shares: the problem it is given, its inputs and why it may
+//! refuse.
+
+use cubecl::ir::ElemType;
+use cubecl::server::Handle;
+
+/// The inputs of the row kernels (forward, FP8, NVFP4): `x`, `rows` rows of
+/// [`RowsProblem::x_row_stride`] elements of `x_type`, and `gamma`, `channels` elements of
+/// `gamma_type`.
+#[derive(Clone, Debug)]
+pub struct RowOperands {
+    pub x: Handle,
+    pub gamma: Handle,
+    pub x_type: ElemType,
+    pub gamma_type: ElemType,
+}
 
 /// The logical problem: `rows` rows of `channels` contiguous elements. Row `r` of `x` starts at
 /// element `r * x_row_stride`, row `r` of the output at `r * out_row_stride` (both `>= channels`;

@@ -6,7 +6,7 @@ use burn_cubecl::{
     CubeBackend, kernel::into_contiguous, ops::empty_qtensor,
     ops::numeric::empty_device_contiguous_dtype, tensor::CubeTensor,
 };
-use rmsnorm_silu_kernels::backward::launch_backward;
+use rmsnorm_silu_kernels::backward::{BackwardOperands, launch_backward};
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels, launch_channels_backward};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
@@ -17,7 +17,7 @@ use rmsnorm_silu_kernels::nvfp4::{
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::write_f32;
 use rmsnorm_silu_kernels::select::{pick_vector_size, select_output_knobs_with_source};
-use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem};
+use rmsnorm_silu_kernels::{Activation, NormParams, RowOperands, RowsProblem};
 
 use crate::backend::RmsNormSiluBackend;
 
@@ -154,11 +154,13 @@ pub fn forward_dim(
     let problem = ChannelsProblem::dense(batches, shape[dim], positions);
     launch_channels(
         &x.client,
-        x.handle.clone(),
-        gamma.handle.clone(),
+        RowOperands {
+            x: x.handle.clone(),
+            gamma: gamma.handle.clone(),
+            x_type,
+            gamma_type,
+        },
         out.handle.clone(),
-        x_type,
-        gamma_type,
         problem,
         norm,
         activation,
@@ -381,19 +383,19 @@ impl RowInputs {
         }
     }
 
+    /// The kernels' view of `x` and `gamma`.
+    fn operands(&self) -> RowOperands {
+        RowOperands {
+            x: self.x.handle.clone(),
+            gamma: self.gamma.handle.clone(),
+            x_type: self.x_type,
+            gamma_type: self.gamma_type,
+        }
+    }
+
     /// Launches the NVFP4 kernel with the selected knobs (the vector width narrowed to the
     /// alignment of `x` and `gamma`).
-    #[allow(clippy::too_many_arguments)]
-    fn launch_nvfp4(
-        &self,
-        codes: rmsnorm_silu_kernels::cubecl::server::Handle,
-        scales: rmsnorm_silu_kernels::cubecl::server::Handle,
-        recipe: Fp4Recipe,
-        layout: ScaleLayout,
-        s_enc: f32,
-        norm: NormParams,
-        activation: Activation,
-    ) {
+    fn launch_nvfp4(&self, target: Fp4Target, norm: NormParams, activation: Activation) {
         let problem = self.problem;
         let mut knobs = select_fp4_knobs(
             &self.x.client,
@@ -408,20 +410,10 @@ impl RowInputs {
             self.gamma_type.size(),
             common_alignment(&[&self.x, &self.gamma]),
         ));
-        let target = Fp4Target {
-            codes,
-            scales,
-            recipe,
-            layout,
-            s_enc,
-        };
         launch_forward_nvfp4(
             &self.x.client,
-            self.x.handle.clone(),
-            self.gamma.handle.clone(),
+            self.operands(),
             target,
-            self.x_type,
-            self.gamma_type,
             problem,
             norm,
             activation,
@@ -460,11 +452,8 @@ impl RowInputs {
         );
         launch_forward_to(
             &self.x.client,
-            self.x.handle.clone(),
-            self.gamma.handle.clone(),
+            self.operands(),
             target,
-            self.x_type,
-            self.gamma_type,
             problem,
             norm,
             activation,

@@ -71,15 +71,14 @@ pub fn forward_nvfp4(
         Fp4Recipe::TransformerEngine => 1.0 / s_enc,
     };
     write_f32(&rows.x.client, global.handle.clone(), decode);
-    rows.launch_nvfp4(
-        values.handle.clone(),
-        scales.handle.clone(),
+    let target = Fp4Target {
+        codes: values.handle.clone(),
+        scales: scales.handle.clone(),
         recipe,
-        ScaleLayout::RowMajor,
+        layout: ScaleLayout::RowMajor,
         s_enc,
-        norm,
-        activation,
-    );
+    };
+    rows.launch_nvfp4(target, norm, activation);
     q
 }
 
@@ -109,14 +108,13 @@ pub fn forward_nvfp4_parts(
         burn::tensor::Shape::new(scales_shape),
         DType::U8,
     );
-    rows.launch_nvfp4(
-        values.handle.clone(),
-        scales.handle.clone(),
+    let target = Fp4Target {
+        codes: values.handle.clone(),
+        scales: scales.handle.clone(),
         recipe,
         layout,
         s_enc,
-        norm,
-        activation,
-    );
+    };
+    rows.launch_nvfp4(target, norm, activation);
     (values, scales)
 }

@@ -49,11 +49,13 @@ fn pitched_rows_are_read_and_written_in_place() {
     let k = select_knobs(&client, problem, 4, 4, 256);
     launch_forward(
         &client,
-        xt.handle.clone(),
-        gt.handle.clone(),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(DType::F32),
+            gamma_type: elem(DType::F32),
+        },
         out.handle.clone(),
-        elem(DType::F32),
-        elem(DType::F32),
         problem,
         NormParams::rms(eps),
         Activation::Silu,

@@ -8,7 +8,8 @@ use burn_rmsnorm_silu::RmsNormSiluBackend;
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::validate::validate_knobs;
 use rmsnorm_silu_kernels::{
-    Activation, GammaIn, Knobs, LaneReduce, NormParams, RowsProblem, launch_forward, select_knobs,
+    Activation, GammaIn, Knobs, LaneReduce, NormParams, RowOperands, RowsProblem, launch_forward,
+    select_knobs,
 };
 
 use crate::common::*;
@@ -105,11 +106,13 @@ fn check_knobs_on(
     );
     launch_forward(
         &xt.client,
-        xt.handle.clone(),
-        gt.handle.clone(),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(dtype),
+            gamma_type: elem(dtype),
+        },
         out.handle.clone(),
-        elem(dtype),
-        elem(dtype),
         RowsProblem::dense(rows, channels),
         norm,
         activation,

@@ -144,8 +144,12 @@ fn nvfp4_packed_rows_need_whole_planes() {
     };
     let err = launch_forward_nvfp4(
         &client,
-        xt.handle.clone(),
-        gt.handle.clone(),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(DType::F32),
+            gamma_type: elem(DType::F32),
+        },
         Fp4Target {
             codes: client.create_from_slice(&[0u8; 8 * 80]),
             scales: client.create_from_slice(&[0u8; 8 * 10]),
@@ -153,8 +157,6 @@ fn nvfp4_packed_rows_need_whole_planes() {
             layout: ScaleLayout::RowMajor,
             s_enc: 1.0,
         },
-        elem(DType::F32),
-        elem(DType::F32),
         RowsProblem::dense(8, 160),
         NormParams::rms(1e-6),
         Activation::Silu,

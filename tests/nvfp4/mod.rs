@@ -11,7 +11,7 @@ use rmsnorm_silu_kernels::formats::{
 use rmsnorm_silu_kernels::nvfp4::{
     Fp4Knobs, Fp4Recipe, Fp4Target, ScaleLayout, heuristic_fp4_knobs, launch_forward_nvfp4,
 };
-use rmsnorm_silu_kernels::{Activation, NormParams, RowsProblem};
+use rmsnorm_silu_kernels::{Activation, NormParams, RowOperands, RowsProblem};
 
 use burn_rmsnorm_silu::{
     Nvfp4Scaling, RmsNormSiluOptions, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
@@ -140,11 +140,13 @@ fn launch_with(
     };
     launch_forward_nvfp4(
         &client,
-        xt.handle.clone(),
-        gt.handle.clone(),
+        RowOperands {
+            x: xt.handle.clone(),
+            gamma: gt.handle.clone(),
+            x_type: elem(dtype),
+            gamma_type: elem(dtype),
+        },
         target,
-        elem(dtype),
-        elem(dtype),
         RowsProblem::dense(rows, channels),
         norm,
         Activation::Silu,

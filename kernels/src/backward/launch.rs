@@ -2,19 +2,24 @@
 
 use super::*;
 
-/// Launches the backward on dense `[rows, C]` tensors: `x`, `dy` and `dx` of `x_type`, `gamma`
-/// and `dgamma` (`[C]`) of `gamma_type`. Refuses (so the caller can use composed ops) rows
-/// too wide for the register cache of this device.
-#[allow(clippy::too_many_arguments)]
+/// The backward's tensors: `x`, `dy` and `dx` (dense `[rows, C]`) of `x_type`, `gamma` and
+/// `dgamma` (`[C]`) of `gamma_type`.
+#[derive(Clone, Debug)]
+pub struct BackwardOperands {
+    pub x: Handle,
+    pub gamma: Handle,
+    pub dy: Handle,
+    pub dx: Handle,
+    pub dgamma: Handle,
+    pub x_type: ElemType,
+    pub gamma_type: ElemType,
+}
+
+/// Launches the backward on `operands`. Refuses (so the caller can use composed ops) rows too
+/// wide for the register cache of this device.
 pub fn launch_backward(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
-    dy: Handle,
-    dx: Handle,
-    dgamma: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
+    operands: BackwardOperands,
     rows: usize,
     channels: usize,
     norm: NormParams,
@@ -24,13 +29,7 @@ pub fn launch_backward(
     let launch = |knobs| {
         launch_backward_with(
             client,
-            x.clone(),
-            gamma.clone(),
-            dy.clone(),
-            dx.clone(),
-            dgamma.clone(),
-            x_type,
-            gamma_type,
+            operands.clone(),
             rows,
             channels,
             norm,
@@ -51,22 +50,24 @@ pub fn launch_backward(
 
 /// [`launch_backward`] with given [`BackwardKnobs`]; `fast_math` off CUDA, a zero cap or a
 /// units count that is not a power of two are refused.
-#[allow(clippy::too_many_arguments)]
 pub fn launch_backward_with(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
-    dy: Handle,
-    dx: Handle,
-    dgamma: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
+    operands: BackwardOperands,
     rows: usize,
     channels: usize,
     norm: NormParams,
     activation: Activation,
     knobs: BackwardKnobs,
 ) -> Result<(), KernelError> {
+    let BackwardOperands {
+        x,
+        gamma,
+        dy,
+        dx,
+        dgamma,
+        x_type,
+        gamma_type,
+    } = operands;
     let refuse = |why: String| Err(KernelError::InvalidKnobs(why));
     if knobs.fast_math && !has_ptx_math(client) {
         return refuse("backward: fast_math uses PTX instructions and needs a CUDA device".into());

@@ -34,7 +34,7 @@ mod knobs;
 mod launch;
 
 pub use knobs::{BackwardKnobs, GpuBackwardShape};
-pub use launch::{launch_backward, launch_backward_with, launch_reduce_dgamma};
+pub use launch::{BackwardOperands, launch_backward, launch_backward_with, launch_reduce_dgamma};
 
 /// The comptime shape of a backward launch.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]

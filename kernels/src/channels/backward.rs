@@ -4,12 +4,12 @@
 
 use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
-use cubecl::server::Handle;
 
 use super::{
-    ChannelsConfig, ChannelsLimits, channel_groups_sum, group_sum_len, load_gamma, next_tile,
-    plane_groups, shape_for_units, tiled_shape, vector_for,
+    ChannelsConfig, ChannelsLimits, ChannelsProblem, channel_groups_sum, group_sum_len, load_gamma,
+    next_tile, plane_groups, shape_for_units, tiled_shape, vector_for,
 };
+use crate::backward::BackwardOperands;
 use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
 use crate::problem::KernelError;
@@ -384,26 +384,38 @@ pub fn channels_backward_config(
     (cfg.channels_per_unit > 0).then_some(cfg)
 }
 
-/// Launches the channels-first backward on dense `[B, C, S]` x, dy and dx (`dgamma` `[C]` of
-/// `gamma_type`); `config` `None` takes [`channels_backward_config`]. Refuses C too wide for
-/// the register cache and shapes that do not fit the device.
-#[allow(clippy::too_many_arguments)]
+/// Launches the channels-first backward on `operands`: dense `[B, C, S]` x, dy and dx of
+/// `x_type` (`problem` must be [`ChannelsProblem::dense`]), `gamma` and `dgamma` `[C]` of
+/// `gamma_type`; `config` `None` takes [`channels_backward_config`]. Refuses C too wide for the
+/// register cache and shapes that do not fit the device.
 pub fn launch_channels_backward(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
-    dy: Handle,
-    dx: Handle,
-    dgamma: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
-    batches: usize,
-    channels: usize,
-    positions: usize,
+    operands: BackwardOperands,
+    problem: ChannelsProblem,
     norm: NormParams,
     activation: Activation,
     config: Option<ChannelsConfig>,
 ) -> Result<(), KernelError> {
+    let ChannelsProblem {
+        batches,
+        channels,
+        positions,
+        ..
+    } = problem;
+    if problem != ChannelsProblem::dense(batches, channels, positions) {
+        return Err(KernelError::InvalidProblem(format!(
+            "channels backward: dense [B, C, S] tensors only, got {problem:?}"
+        )));
+    }
+    let BackwardOperands {
+        x,
+        gamma,
+        dy,
+        dx,
+        dgamma,
+        x_type,
+        gamma_type,
+    } = operands;
     let refuse = |why: String| Err(KernelError::InvalidKnobs(why));
     if channels == 0 {
         return Ok(());

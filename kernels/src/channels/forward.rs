@@ -13,7 +13,7 @@ use super::{
 use crate::activation::{LOG2_E, activate, silu_from_exponent};
 use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
-use crate::problem::KernelError;
+use crate::problem::{KernelError, RowOperands};
 use crate::rescue::{prescale_vector, small_eps};
 use crate::select::widest_vector;
 
@@ -244,39 +244,35 @@ fn inv_rms_vector<N: Size>(
 }
 
 /// Launches the channels-first kernel with [`channels_config`]'s shape; does nothing when
-/// there is nothing to write.
-#[allow(clippy::too_many_arguments)]
+/// there is nothing to write. `out` is written at `problem`'s output strides.
 pub fn launch_channels(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
+    operands: RowOperands,
     out: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
     problem: ChannelsProblem,
     norm: NormParams,
     activation: Activation,
 ) -> Result<(), KernelError> {
-    launch_channels_with(
-        client, x, gamma, out, x_type, gamma_type, problem, norm, activation, None,
-    )
+    launch_channels_with(client, operands, out, problem, norm, activation, None)
 }
 
 /// [`launch_channels`] with an explicit launch shape (`None`: [`channels_config`]); its
 /// activation is replaced by `activation`.
-#[allow(clippy::too_many_arguments)]
 pub fn launch_channels_with(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
+    operands: RowOperands,
     out: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
     problem: ChannelsProblem,
     norm: NormParams,
     activation: Activation,
     config: Option<ChannelsConfig>,
 ) -> Result<(), KernelError> {
+    let RowOperands {
+        x,
+        gamma,
+        x_type,
+        gamma_type,
+    } = operands;
     let p = problem;
     if p.batches == 0 || p.channels == 0 || p.positions == 0 {
         return Ok(());

@@ -2,16 +2,12 @@
 
 use super::*;
 
-/// Launches the row kernel on `client`. `x` and `out` hold `rows * channels` elements of
-/// `x_type`, `gamma` holds `channels` elements of `gamma_type`. Does nothing for zero rows.
-#[allow(clippy::too_many_arguments)]
+/// Launches the row kernel on `client`: `out` receives `rows` rows of `x`'s element type at
+/// [`RowsProblem::out_row_stride`]. Does nothing for zero rows.
 pub fn launch_forward(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
+    operands: RowOperands,
     out: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
     problem: RowsProblem,
     norm: NormParams,
     activation: Activation,
@@ -20,13 +16,11 @@ pub fn launch_forward(
     let target = OutputTarget {
         handle: out,
         kind: Output::Input,
-        elem: x_type,
+        elem: operands.x_type,
         scale: 1.0,
         amax: None,
     };
-    launch_forward_to(
-        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
-    )
+    launch_forward_to(client, operands, target, problem, norm, activation, knobs)
 }
 
 /// Where and how the row kernel writes.
@@ -60,67 +54,25 @@ impl OutputTarget {
     }
 }
 
-/// [`launch_forward`] with an FP8 E4M3 output: `out` receives `rows * channels` bytes
-/// `q = sat_RN_e4m3(y * scale)`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch_forward_fp8(
-    client: &Client,
-    x: Handle,
-    gamma: Handle,
-    out: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
-    problem: RowsProblem,
-    norm: NormParams,
-    activation: Activation,
-    scale: f32,
-    knobs: &Knobs,
-) -> Result<(), KernelError> {
-    let target = OutputTarget::fp8(out, scale, None);
-    launch_forward_to(
-        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
-    )
-}
-
-/// [`launch_forward_fp8`] that also writes `amax = max |y|` over the whole tensor (before
-/// scaling; NaN if any `y` is NaN) to the first f32 of `amax`: each unit keeps its maximum in a
-/// register, a second small kernel reduces them (no atomics).
-#[allow(clippy::too_many_arguments)]
-pub fn launch_forward_fp8_amax(
-    client: &Client,
-    x: Handle,
-    gamma: Handle,
-    out: Handle,
-    amax: Handle,
-    x_type: ElemType,
-    gamma_type: ElemType,
-    problem: RowsProblem,
-    norm: NormParams,
-    activation: Activation,
-    scale: f32,
-    knobs: &Knobs,
-) -> Result<(), KernelError> {
-    let target = OutputTarget::fp8(out, scale, Some(amax));
-    launch_forward_to(
-        client, x, gamma, target, x_type, gamma_type, problem, norm, activation, knobs,
-    )
-}
-
-/// Launches the row kernel writing to `target` (what the other `launch_forward*` functions
-/// call).
-#[allow(clippy::too_many_arguments)]
+/// Launches the row kernel writing to `target`: the input dtype ([`launch_forward`]), or FP8
+/// E4M3 codes `q = sat_RN_e4m3(y * scale)` with, given an amax buffer, `max |y|` over the whole
+/// tensor (before scaling; NaN if any `y` is NaN) in its first f32: each unit keeps its maximum
+/// in a register, a second small kernel reduces them (no atomics). See [`OutputTarget::fp8`].
 pub fn launch_forward_to(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
+    operands: RowOperands,
     target: OutputTarget,
-    x_type: ElemType,
-    gamma_type: ElemType,
     problem: RowsProblem,
     norm: NormParams,
     activation: Activation,
     knobs: &Knobs,
 ) -> Result<(), KernelError> {
+    let RowOperands {
+        x,
+        gamma,
+        x_type,
+        gamma_type,
+    } = operands;
     let out = target.handle;
     let RowsProblem {
         rows,

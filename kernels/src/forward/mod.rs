@@ -19,7 +19,7 @@ use crate::fp8_out::{e4m3_words, encode, nan_max, vector_amax};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
 use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
-use crate::problem::{KernelError, RowsProblem};
+use crate::problem::{KernelError, RowOperands, RowsProblem};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
     add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,
@@ -31,9 +31,7 @@ use crate::validate::{cube_dim, validate_knobs};
 mod launch;
 mod store;
 
-pub use launch::{
-    OutputTarget, launch_forward, launch_forward_fp8, launch_forward_fp8_amax, launch_forward_to,
-};
+pub use launch::{OutputTarget, launch_forward, launch_forward_to};
 use store::{store_cached_row, store_streamed_row};
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length

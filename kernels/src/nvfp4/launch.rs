@@ -18,19 +18,21 @@ pub struct Fp4Target {
 
 /// Launches the NVFP4 kernel (and, for the swizzled layout, the padding fill). `problem.channels`
 /// must be a multiple of 16 and `problem.out_row_stride` equal to it.
-#[allow(clippy::too_many_arguments)]
 pub fn launch_forward_nvfp4(
     client: &Client,
-    x: Handle,
-    gamma: Handle,
+    operands: RowOperands,
     target: Fp4Target,
-    x_type: ElemType,
-    gamma_type: ElemType,
     problem: RowsProblem,
     norm: NormParams,
     activation: Activation,
     knobs: &Fp4Knobs,
 ) -> Result<(), KernelError> {
+    let RowOperands {
+        x,
+        gamma,
+        x_type,
+        gamma_type,
+    } = operands;
     let bad = |why: String| Err(KernelError::InvalidKnobs(why));
     let RowsProblem {
         rows,

@@ -30,7 +30,7 @@ use crate::device::{has_ptx_math, reduction_plane_width};
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
 use crate::lanes::{horizontal_sum, lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
-use crate::problem::{KernelError, RowsProblem};
+use crate::problem::{KernelError, RowOperands, RowsProblem};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{widen, words_to_f32};
 use crate::validate::{cube_dim, lane_layout_error};
