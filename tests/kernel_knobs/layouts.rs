@@ -130,3 +130,70 @@ fn copy_roofs_move_every_byte() {
         }
     }
 }
+
+/// The write-behind into a target whose rows lie at a pitch (as CUDA allocates them: 16 f32
+/// channels in rows of 24) happens in place: the result keeps the target's buffer and strides,
+/// its new frames hold the op's values, its cached frames and the padding keep theirs.
+#[test]
+fn write_behind_into_pitched_rows_in_place() {
+    use rmsnorm_silu_kernels::cubecl::zspace::metadata::Metadata;
+    let device = cube_device();
+    let mut rng = rng("pitched into");
+    let ([frames, h, w, c], t, at, pitch) = ([5, 2, 3, 16], 3, 2, 24);
+    let x = round_to(&randn(&mut rng, t * h * w * c), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), DType::F32);
+    let norm = NormParams::l2_clamp(1e-12, c);
+    let want_x = reference(&x, &gamma, norm, Activation::Silu);
+    let poison = -7.25;
+    let buffer = upload(
+        &vec![poison; frames * h * w * pitch],
+        vec![frames * h * w * pitch],
+        DType::F32,
+        &device,
+    );
+    let strides = [frames * h * w * pitch, h * w * pitch, w * pitch, pitch, 1];
+    let into = CubeTensor::new(
+        buffer.client.clone(),
+        buffer.handle,
+        Metadata::new([1, frames, h, w, c], strides),
+        buffer.device.clone(),
+        DType::F32,
+    );
+    let offset = at * h * w * c;
+    let out = <CubeBackend as RmsNormSiluBackend>::rms_norm_silu_into(
+        upload(&x, vec![1, t, h, w, c], DType::F32, &device),
+        upload(&gamma, vec![c], DType::F32, &device),
+        norm,
+        Activation::Silu,
+        into,
+        offset,
+    );
+    assert_eq!(
+        out.meta.strides().to_vec(),
+        strides.to_vec(),
+        "written in place"
+    );
+    // The whole buffer, padding included, through a dense view of it.
+    let raw = CubeTensor::new(
+        out.client.clone(),
+        out.handle.clone(),
+        Metadata::new([frames * h * w * pitch], [1]),
+        out.device.clone(),
+        DType::F32,
+    );
+    let got = download(raw);
+    for row in 0..frames * h * w {
+        for k in 0..pitch {
+            let g = got[row * pitch + k];
+            let new_row = row.checked_sub(at * h * w).filter(|r| *r < t * h * w);
+            match new_row {
+                Some(r) if k < c => assert!(
+                    (g - want_x[r * c + k]).abs() <= 1e-5 * (1.0 + want_x[r * c + k].abs()),
+                    "row {row} channel {k}: {g} vs {}",
+                    want_x[r * c + k]
+                ),
+                _ => assert_eq!(g, poison, "row {row} position {k} must keep its value"),
+            }
+        }
+    }
+}

@@ -42,15 +42,15 @@ fn nvfp4_bytes_match_the_host_quantiser() {
                 s_enc,
             );
             let host = host_blocks(&y, host_recipe);
+            // Byte-exact: none of the 3,573 scales and 57,168 codes of these cases differed on
+            // the CPU runtime or on an H100 (2026-12-07), the PTX approximations included.
             let (s, n) = compare_blocks(&codes, &scales, &host, &what);
-            eprintln!(
-                "{what}: {s} of {} scales and {n} of {} codes differ (by one)",
+            assert!(
+                s == 0 && n == 0,
+                "{what}: {s} of {} scales and {n} of {} codes differ (by one) from the host \
+                 quantiser",
                 host.len(),
                 rows * channels
-            );
-            assert!(
-                s * 100 <= host.len().max(100) && n * 200 <= rows * channels,
-                "{what}: too many differences"
             );
         }
     }
