@@ -6,7 +6,12 @@
 //! 3. for a C the table lacks, [`table_derived_knobs`] (the nearest tuned entry adapted to C);
 //! 4. [`heuristic_knobs`], valid for every device, C and row count.
 //!
-//! The choice and its source are logged at debug level.
+//! The choice and its source are logged at debug level, and remembered per device, problem,
+//! element sizes, output kind and alignment: a repeated call neither reads the environment
+//! (read once per process) nor scans the tables again.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use cubecl::prelude::*;
 
@@ -99,6 +104,68 @@ pub fn select_output_knobs_with_source(
     out: &str,
     alignment_bytes: u64,
 ) -> (Knobs, KnobSource) {
+    // A client's properties live as long as the client (one per device for the process), so
+    // their address names the device.
+    let device = std::ptr::from_ref(client.properties()) as usize;
+    let key = SelectionKey {
+        device,
+        problem,
+        elem_size,
+        gamma_elem_size,
+        out: out.to_string(),
+        alignment_bytes,
+    };
+    let cache = SELECTIONS.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(&chosen) = cache.lock().expect("knob selection cache").get(&key) {
+        return chosen;
+    }
+    let chosen = choose_output_knobs(
+        client,
+        problem,
+        elem_size,
+        gamma_elem_size,
+        out,
+        alignment_bytes,
+    );
+    cache
+        .lock()
+        .expect("knob selection cache")
+        .insert(key, chosen);
+    chosen
+}
+
+/// What a selection depends on besides the device's fixed properties.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SelectionKey {
+    device: usize,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    out: String,
+    alignment_bytes: u64,
+}
+
+static SELECTIONS: OnceLock<Mutex<HashMap<SelectionKey, (Knobs, KnobSource)>>> = OnceLock::new();
+
+/// The configuration [`KNOBS_ENV`] forces, read once per process.
+fn forced_knobs() -> Option<Knobs> {
+    static FORCED: OnceLock<Option<Knobs>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var(KNOBS_ENV)
+            .ok()
+            .map(|text| knobs_from_env(&text))
+    })
+}
+
+/// [`select_output_knobs_with_source`] without the memory.
+fn choose_output_knobs(
+    client: &Client,
+    problem: RowsProblem,
+    elem_size: usize,
+    gamma_elem_size: usize,
+    out: &str,
+    alignment_bytes: u64,
+) -> (Knobs, KnobSource) {
     let ok = |k: &Knobs| {
         valid(
             client,
@@ -109,19 +176,16 @@ pub fn select_output_knobs_with_source(
             alignment_bytes,
         )
     };
-    let chosen = if let Some(k) = std::env::var(KNOBS_ENV)
-        .ok()
-        .map(|text| knobs_from_env(&text))
-        .and_then(|k| {
-            if ok(&k) {
-                Some(k)
-            } else {
-                // A forced config cannot fit every shape (e.g. 8-wide vectors for C = 3):
-                // those shapes use the normal selection, and say so.
-                log::warn!("{KNOBS_ENV}={k} is not valid for {problem:?}; not used for it");
-                None
-            }
-        }) {
+    let chosen = if let Some(k) = forced_knobs().and_then(|k| {
+        if ok(&k) {
+            Some(k)
+        } else {
+            // A forced config cannot fit every shape (e.g. 8-wide vectors for C = 3):
+            // those shapes use the normal selection, and say so.
+            log::warn!("{KNOBS_ENV}={k} is not valid for {problem:?}; not used for it");
+            None
+        }
+    }) {
         (k, KnobSource::Environment)
     } else if let Some((k, how)) = device_sm(client).and_then(|sm| {
         let sms = client.properties().hardware.num_streaming_multiprocessors;
