@@ -70,7 +70,7 @@ fn bad_files_are_refused_by_name() {
     std::fs::remove_file(&latent).ok();
 
     // A latent of 3 channels for a decoder of z_dim 4 (the small random one).
-    let z: Vec<u8> = vec![0f32; 3 * 2 * 2]
+    let z: Vec<u8> = [0f32; 3 * 2 * 2]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
