@@ -40,11 +40,14 @@ impl Norm {
     }
 }
 
-/// Options of [`rms_norm_silu_with`].
+/// Options of [`rms_norm_silu_with`] and of the quantised entry points: the norm, the
+/// activation and the normalised axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RmsNormSiluOptions {
     pub norm: Norm,
     pub activation: Activation,
+    /// The normalised axis; `None` (the default) is the last one.
+    pub dim: Option<usize>,
 }
 
 impl RmsNormSiluOptions {
@@ -53,6 +56,7 @@ impl RmsNormSiluOptions {
         Self {
             norm: Norm::Rms { eps },
             activation: Activation::Silu,
+            dim: None,
         }
     }
 
@@ -61,6 +65,7 @@ impl RmsNormSiluOptions {
         Self {
             norm: Norm::WAN,
             activation: Activation::Silu,
+            dim: None,
         }
     }
 
@@ -68,6 +73,39 @@ impl RmsNormSiluOptions {
     pub fn with_activation(self, activation: Activation) -> Self {
         Self { activation, ..self }
     }
+
+    /// The same options over axis `dim` (e.g. 1, the channel axis of `[B, C, T, H, W]`).
+    pub fn along(self, dim: usize) -> Self {
+        Self {
+            dim: Some(dim),
+            ..self
+        }
+    }
+
+    /// The normalised axis of a rank-`D` input.
+    ///
+    /// # Panics
+    /// When [`Self::dim`] is not an axis of a rank-`D` tensor.
+    pub(crate) fn axis<const D: usize>(&self) -> usize {
+        let dim = self.dim.unwrap_or(D.saturating_sub(1));
+        assert!(
+            dim < D.max(1),
+            "rms_norm_silu: `dim` must be an axis of `x` (rank {D}), got {dim}"
+        );
+        dim
+    }
+}
+
+/// `x` with axis `dim` moved last (the other axes in their order), and the axes that move it
+/// back: a view, no copy.
+pub(crate) fn moved_last<const D: usize>(x: Tensor<D>, dim: usize) -> (Tensor<D>, [usize; D]) {
+    let mut order = [0; D];
+    let mut back = [0; D];
+    for (i, d) in (0..D).filter(|&d| d != dim).chain([dim]).enumerate() {
+        order[i] = d;
+        back[d] = i;
+    }
+    (x.permute(order), back)
 }
 
 /// `silu(x * rsqrt(mean(x^2) + eps) * gamma)` over the last axis of `x`, in one fused kernel on
@@ -82,13 +120,18 @@ pub fn rms_norm_silu<const D: usize>(x: Tensor<D>, gamma: Tensor<1>, eps: f32) -
     rms_norm_silu_with(x, gamma, RmsNormSiluOptions::rms(eps))
 }
 
-/// [`rms_norm_silu`] with a choice of norm semantics and activation.
+/// [`rms_norm_silu`] with a choice of norm semantics, activation and axis
+/// ([`RmsNormSiluOptions::along`]; see [`rms_norm_silu_dim`] for the layouts read in place).
 pub fn rms_norm_silu_with<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<1>,
     options: RmsNormSiluOptions,
 ) -> Tensor<D> {
-    let channels = check_arguments(&x, &gamma, D.saturating_sub(1), &options);
+    let dim = options.axis::<D>();
+    if dim + 1 != D {
+        return rms_norm_silu_dim(x, gamma, dim, options);
+    }
+    let channels = check_arguments(&x, &gamma, dim, &options);
     let norm = options.norm.params(channels);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu(
         x.into_dispatch(),
@@ -123,6 +166,11 @@ pub fn rms_norm_silu_into<const D: usize>(
     assert!(
         dim + 1 < D,
         "rms_norm_silu_into: `dim` must be an axis of `x` before the last (rank {D}), got {dim}"
+    );
+    assert!(
+        options.dim.is_none_or(|d| d + 1 == D),
+        "rms_norm_silu_into: normalises the last axis; `options.dim` must be None, got {:?}",
+        options.dim
     );
     let channels = check_arguments(&x, &gamma, D - 1, &options);
     let (x_dims, into_dims) = (x.dims(), into.dims());
@@ -169,8 +217,8 @@ pub fn rms_norm_silu_into<const D: usize>(
     Tensor::from_dispatch(out)
 }
 
-/// The op over axis `dim` of `x` instead of the last one: e.g. `dim = 1`, the channel axis of
-/// `[B, C, T, H, W]` (the Wan VAE's norm with [`RmsNormSiluOptions::wan`]). Reads channels-last
+/// The op over axis `dim` of `x` instead of the last one (`options.dim` is not read): e.g.
+/// `dim = 1`, the channel axis of `[B, C, T, H, W]` (the Wan VAE's norm with [`RmsNormSiluOptions::wan`]). Reads channels-last
 /// memory presented as `[B, C, ...]` (what burn-cubecl convolutions return) and dense
 /// channels-first tensors in place; any other layout is copied first. The output has the
 /// input's layout in both of those cases.

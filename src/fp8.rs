@@ -7,7 +7,7 @@
 
 use burn::tensor::Tensor;
 
-use crate::api::{RmsNormSiluOptions, check_arguments};
+use crate::api::{RmsNormSiluOptions, check_arguments, moved_last};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::fp8_scheme;
 use burn::backend::Dispatch;
@@ -26,9 +26,12 @@ pub fn rms_norm_silu_fp8<const D: usize>(
     rms_norm_silu_fp8_with(x, gamma, RmsNormSiluOptions::rms(eps), scale)
 }
 
-/// The op over the last axis written as FP8 E4M3 codes `q = sat_RN_e4m3(y * scale)`, returned
-/// as a quantised (`QFloat`) tensor whose `dequantize()` gives `q / scale`. One fused kernel on
-/// CubeCL backends (the quantisation happens in registers: 1 byte written per element).
+/// The op over the options' axis (by default the last) written as FP8 E4M3 codes
+/// `q = sat_RN_e4m3(y * scale)`, returned as a quantised (`QFloat`) tensor whose `dequantize()`
+/// gives `q / scale`. One fused kernel on CubeCL backends (the quantisation happens in
+/// registers: 1 byte written per element). Over another axis the codes are laid out with that
+/// axis innermost (a view presents them in `x`'s axis order): read in place from channels-last
+/// memory, other layouts copied first.
 ///
 /// # Panics
 /// As [`crate::rms_norm_silu_with`], when `scale` is not finite and positive, and on backends
@@ -39,6 +42,15 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> Tensor<D> {
+    let dim = options.axis::<D>();
+    if dim + 1 != D {
+        let (moved, back) = moved_last(x, dim);
+        let options = RmsNormSiluOptions {
+            dim: None,
+            ..options
+        };
+        return rms_norm_silu_fp8_with(moved, gamma, options, scale).permute(back);
+    }
     let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
         x.into_dispatch(),
@@ -61,6 +73,16 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> (Tensor<D>, Tensor<1>) {
+    let dim = options.axis::<D>();
+    if dim + 1 != D {
+        let (moved, back) = moved_last(x, dim);
+        let options = RmsNormSiluOptions {
+            dim: None,
+            ..options
+        };
+        let (q, amax) = rms_norm_silu_fp8_amax(moved, gamma, options, scale);
+        return (q.permute(back), amax);
+    }
     let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
         x.into_dispatch(),

@@ -11,9 +11,11 @@
 //! - [`rms_norm_silu_dim`]: the same over any axis (the channel axis of `[B, C, T, H, W]`),
 //!   reading channels-last and dense channels-first memory in place.
 //! - [`rms_norm_silu_with`] and [`RmsNormSiluOptions`]: the Wan-VAE (`F.normalize`) variant,
-//!   and the plain norm without SiLU.
+//!   the plain norm without SiLU, and the axis ([`RmsNormSiluOptions::along`]), which every
+//!   `_with` entry point honours.
 //! - [`rms_norm_silu_fp8`], [`rms_norm_silu_nvfp4`]: quantised outputs (FP8 E4M3, NVFP4) as
-//!   Burn `QFloat` tensors, and [`rms_norm_silu_nvfp4_parts`] for block-scaled GEMMs.
+//!   Burn `QFloat` tensors, over any axis, and [`rms_norm_silu_nvfp4_parts`] for block-scaled
+//!   GEMMs.
 //! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
 //!
 //! Rooms (private modules, their items re-exported here): `api` validates arguments and routes

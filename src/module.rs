@@ -5,7 +5,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 
 use crate::Activation;
-use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_dim, rms_norm_silu_with};
+use crate::api::{Norm, RmsNormSiluOptions, rms_norm_silu_with};
 
 /// Configuration of [`RmsNormSilu`].
 #[derive(Config, Debug)]
@@ -60,10 +60,8 @@ impl RmsNormSilu {
                 eps: self.epsilon as f32,
             },
             activation: Activation::Silu,
+            dim: self.dim,
         };
-        match self.dim {
-            Some(dim) => rms_norm_silu_dim(x, self.gamma.val(), dim, options),
-            None => rms_norm_silu_with(x, self.gamma.val(), options),
-        }
+        rms_norm_silu_with(x, self.gamma.val(), options)
     }
 }

@@ -15,7 +15,7 @@
 
 use burn::tensor::{Int, Tensor};
 
-use crate::api::{RmsNormSiluOptions, check_arguments};
+use crate::api::{RmsNormSiluOptions, check_arguments, moved_last};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::nvfp4_scheme;
 use burn::backend::Dispatch;
@@ -94,9 +94,10 @@ pub fn rms_norm_silu_nvfp4<const D: usize>(
     rms_norm_silu_nvfp4_with(x, gamma, RmsNormSiluOptions::rms(eps), scaling)
 }
 
-/// The op over the last axis written as NVFP4, returned as a quantised (`QFloat`,
-/// [`nvfp4_scheme`]) tensor: one fused kernel on CubeCL backends (0.5 + 1/16 bytes written per
-/// element).
+/// The op over the options' axis (by default the last) written as NVFP4, returned as a
+/// quantised (`QFloat`, [`nvfp4_scheme`]) tensor: one fused kernel on CubeCL backends (0.5 +
+/// 1/16 bytes written per element). Over another axis the blocks run along that axis, laid out
+/// innermost (a view presents them in `x`'s axis order).
 ///
 /// # Panics
 /// As [`crate::rms_norm_silu_with`]; when C is not a multiple of 16; when `scaling` holds an
@@ -107,6 +108,15 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
     options: RmsNormSiluOptions,
     scaling: Nvfp4Scaling,
 ) -> Tensor<D> {
+    let dim = options.axis::<D>();
+    if dim + 1 != D {
+        let (moved, back) = moved_last(x, dim);
+        let options = RmsNormSiluOptions {
+            dim: None,
+            ..options
+        };
+        return rms_norm_silu_nvfp4_with(moved, gamma, options, scaling).permute(back);
+    }
     let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4(
         x.into_dispatch(),
@@ -119,8 +129,9 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
     Tensor::from_dispatch(out)
 }
 
-/// The op over the last axis as raw NVFP4 parts for a block-scaled GEMM, with the scales in
-/// `layout`.
+/// The op over the options' axis (by default the last) as raw NVFP4 parts for a block-scaled
+/// GEMM, with the scales in `layout`. Over another axis the rows are the positions of `x` with
+/// that axis removed, in their order (`[B, C, T, H, W]` along C: rows `B x T x H x W`).
 ///
 /// # Panics
 /// As [`rms_norm_silu_nvfp4_with`].
@@ -131,6 +142,15 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
     scaling: Nvfp4Scaling,
     layout: ScaleLayout,
 ) -> Nvfp4Parts {
+    let dim = options.axis::<D>();
+    if dim + 1 != D {
+        let (moved, _) = moved_last(x, dim);
+        let options = RmsNormSiluOptions {
+            dim: None,
+            ..options
+        };
+        return rms_norm_silu_nvfp4_parts(moved, gamma, options, scaling, layout);
+    }
     let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let (values, scales) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_parts(
         x.into_dispatch(),

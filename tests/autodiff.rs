@@ -113,6 +113,7 @@ fn gradient_through_the_clamp() {
     let options = RmsNormSiluOptions {
         norm: Norm::L2Clamp { eps: 1.0 },
         activation: Activation::Identity,
+        dim: None,
     };
     let channels = 4;
     let x = [0.01, -0.02, 0.03, 0.0];

@@ -8,7 +8,7 @@ use rmsnorm_silu_kernels::NormParams;
 use crate::common::*;
 
 /// The reference over axis `dim` of row-major `values` of `shape`.
-fn reference_dim(
+pub(crate) fn reference_dim(
     values: &[f64],
     shape: &[usize],
     dim: usize,
@@ -275,6 +275,7 @@ fn gamma_must_match_the_axis() {
         RmsNormSiluOptions {
             norm: Norm::WAN,
             activation: Activation::Silu,
+            dim: None,
         },
     );
 }

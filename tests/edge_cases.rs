@@ -90,6 +90,7 @@ fn subnormal_and_tiny_rows() {
         let options = RmsNormSiluOptions {
             norm,
             activation: Activation::Identity,
+            dim: None,
         };
         let want = reference(&x, &gamma, norm.params(channels), Activation::Identity);
         let got = values(rms_norm_silu_with(

@@ -22,4 +22,5 @@ mod kernel_knobs;
 mod module;
 mod nvfp4;
 mod properties;
+mod quantized_axes;
 mod timing;

@@ -107,6 +107,7 @@ fn run<const D: usize>(c: &Case) {
     let options = RmsNormSiluOptions {
         norm: c.norm,
         activation: c.activation,
+        dim: None,
     };
     let gt = tensor(&gamma, [c.channels], DType::F32, &device);
     let (got, dim) = match c.layout {
