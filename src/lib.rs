@@ -4,6 +4,9 @@
 //! y = silu(x * rsqrt(mean(x^2) + eps) * gamma)      over the last axis, fp32 math inside
 //! ```
 //!
+//! - [`rms_norm_silu_as`]: the one entry point: options (norm, activation, axis) and an
+//!   [`OutputFormat`] (the input's dtype, FP8 E4M3 with or without amax, NVFP4 as a tensor or
+//!   as raw parts); the functions below are its variants.
 //! - [`rms_norm_silu`]: the op on any Burn device. On CubeCL devices (CUDA, the CubeCL CPU
 //!   runtime; raw, under Fusion, under Autodiff) it runs the fused kernel of the
 //!   `rmsnorm-silu-kernels` crate; on other backends (Flex, NdArray) a composed implementation
@@ -41,6 +44,7 @@ mod formats;
 pub mod fp8;
 mod module;
 pub mod nvfp4;
+mod output;
 
 pub use api::{
     Capabilities, Norm, RmsNormSiluOptions, capabilities, rms_norm_silu, rms_norm_silu_dim,
@@ -59,6 +63,7 @@ pub use nvfp4::{
     Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
     rms_norm_silu_nvfp4_with,
 };
+pub use output::{Normalized, OutputFormat, rms_norm_silu_as};
 pub use rmsnorm_silu_kernels as kernels;
 pub use rmsnorm_silu_kernels::Activation;
 

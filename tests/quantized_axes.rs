@@ -1,11 +1,13 @@
 //! Quantised outputs over another axis than the last (`RmsNormSiluOptions::along`): FP8 and
 //! NVFP4 over the channel axis of `[B, C, T, H, W]`, from channels-first memory (copied) and
-//! from channels-last memory presented through strides (read in place).
+//! from channels-last memory presented through strides (read in place); and the one entry point
+//! over every output format, `rms_norm_silu_as`.
 
 use burn::tensor::{DType, Tensor};
 use burn_rmsnorm_silu::{
-    Activation, Nvfp4Scaling, RmsNormSiluOptions, ScaleLayout, rms_norm_silu_fp8_amax,
-    rms_norm_silu_fp8_with, rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,
+    Activation, Normalized, Nvfp4Scaling, OutputFormat, RmsNormSiluOptions, ScaleLayout,
+    rms_norm_silu_as, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with, rms_norm_silu_nvfp4_parts,
+    rms_norm_silu_nvfp4_with, rms_norm_silu_with,
 };
 use rmsnorm_silu_kernels::NormParams;
 use rmsnorm_silu_kernels::formats::{e4m3_decode, e4m3_encode};
@@ -128,4 +130,67 @@ fn nvfp4_over_the_channel_axis() {
             "{layout}: scales"
         );
     }
+}
+
+/// `rms_norm_silu_as` returns, for each format, what the format's own entry point returns.
+#[test]
+fn one_entry_point_for_every_format() {
+    let (x, gamma, _) = inputs("one entry point");
+    let device = device();
+    let options = RmsNormSiluOptions::wan().along(1);
+    let xt = || tensor(&x, SHAPE, DType::BF16, &device);
+    let gt = || tensor(&gamma, [SHAPE[1]], DType::BF16, &device);
+    let run = |format| rms_norm_silu_as(xt(), gt(), options, format);
+    let dequantized = |n: Normalized<5>| values(n.tensor().expect("a tensor").dequantize());
+
+    let got = run(OutputFormat::Input).tensor().expect("a tensor");
+    assert_eq!(
+        values(got),
+        values(rms_norm_silu_with(xt(), gt(), options)),
+        "input dtype"
+    );
+
+    let fp8 = OutputFormat::Fp8 {
+        scale: 2.0,
+        amax: false,
+    };
+    let want = values(rms_norm_silu_fp8_with(xt(), gt(), options, 2.0).dequantize());
+    assert_eq!(dequantized(run(fp8)), want, "FP8");
+    let Normalized::Fp8WithAmax { values: q, amax } = run(OutputFormat::Fp8 {
+        scale: 2.0,
+        amax: true,
+    }) else {
+        panic!("FP8 with amax returns the codes and amax")
+    };
+    let (want_q, want_amax) = rms_norm_silu_fp8_amax(xt(), gt(), options, 2.0);
+    assert_eq!(
+        values(q.dequantize()),
+        values(want_q.dequantize()),
+        "FP8 codes"
+    );
+    assert_eq!(values(amax), values(want_amax), "FP8 amax");
+
+    let scaling = Nvfp4Scaling::GlobalScale(100.0);
+    let want = values(rms_norm_silu_nvfp4_with(xt(), gt(), options, scaling).dequantize());
+    assert_eq!(
+        dequantized(run(OutputFormat::Nvfp4 { scaling })),
+        want,
+        "NVFP4"
+    );
+    let layout = ScaleLayout::Swizzled128x4;
+    let Normalized::Nvfp4Parts(parts) = run(OutputFormat::Nvfp4Parts { scaling, layout }) else {
+        panic!("NVFP4 parts")
+    };
+    let want = rms_norm_silu_nvfp4_parts(xt(), gt(), options, scaling, layout);
+    assert_eq!(
+        parts.values.into_data(),
+        want.values.into_data(),
+        "NVFP4 codes"
+    );
+    assert_eq!(
+        parts.scales.into_data(),
+        want.scales.into_data(),
+        "NVFP4 scales"
+    );
+    assert_eq!(parts.global_scale, want.global_scale, "NVFP4 global scale");
 }
