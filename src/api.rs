@@ -96,16 +96,36 @@ impl RmsNormSiluOptions {
     }
 }
 
-/// `x` with axis `dim` moved last (the other axes in their order), and the axes that move it
-/// back: a view, no copy.
-pub(crate) fn moved_last<const D: usize>(x: Tensor<D>, dim: usize) -> (Tensor<D>, [usize; D]) {
+/// For the entry points that run over the last axis: `x` with the options' axis moved last
+/// (the other axes in their order; a view, no copy), the options over that last axis, and the
+/// axes that move a result back (`None` when the axis already was the last).
+pub(crate) fn over_last_axis<const D: usize>(
+    x: Tensor<D>,
+    options: RmsNormSiluOptions,
+) -> (Tensor<D>, RmsNormSiluOptions, Option<[usize; D]>) {
+    let dim = options.axis::<D>();
+    let options = RmsNormSiluOptions {
+        dim: None,
+        ..options
+    };
+    if dim + 1 == D {
+        return (x, options, None);
+    }
     let mut order = [0; D];
     let mut back = [0; D];
     for (i, d) in (0..D).filter(|&d| d != dim).chain([dim]).enumerate() {
         order[i] = d;
         back[d] = i;
     }
-    (x.permute(order), back)
+    (x.permute(order), options, Some(back))
+}
+
+/// A result of [`over_last_axis`]'s view presented in the input's axis order again.
+pub(crate) fn restore_axis<const D: usize>(t: Tensor<D>, back: Option<[usize; D]>) -> Tensor<D> {
+    match back {
+        Some(back) => t.permute(back),
+        None => t,
+    }
 }
 
 /// `silu(x * rsqrt(mean(x^2) + eps) * gamma)` over the last axis of `x`, in one fused kernel on

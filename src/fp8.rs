@@ -7,7 +7,7 @@
 
 use burn::tensor::Tensor;
 
-use crate::api::{RmsNormSiluOptions, check_arguments, moved_last};
+use crate::api::{RmsNormSiluOptions, check_arguments, over_last_axis, restore_axis};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::fp8_scheme;
 use burn::backend::Dispatch;
@@ -42,15 +42,7 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> Tensor<D> {
-    let dim = options.axis::<D>();
-    if dim + 1 != D {
-        let (moved, back) = moved_last(x, dim);
-        let options = RmsNormSiluOptions {
-            dim: None,
-            ..options
-        };
-        return rms_norm_silu_fp8_with(moved, gamma, options, scale).permute(back);
-    }
+    let (x, options, back) = over_last_axis(x, options);
     let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
         x.into_dispatch(),
@@ -59,7 +51,7 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
         activation,
         scale,
     );
-    Tensor::from_dispatch(out)
+    restore_axis(Tensor::from_dispatch(out), back)
 }
 
 /// [`rms_norm_silu_fp8_with`] that also returns `amax = max |y|` (before scaling; NaN if any
@@ -73,16 +65,7 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     options: RmsNormSiluOptions,
     scale: f32,
 ) -> (Tensor<D>, Tensor<1>) {
-    let dim = options.axis::<D>();
-    if dim + 1 != D {
-        let (moved, back) = moved_last(x, dim);
-        let options = RmsNormSiluOptions {
-            dim: None,
-            ..options
-        };
-        let (q, amax) = rms_norm_silu_fp8_amax(moved, gamma, options, scale);
-        return (q.permute(back), amax);
-    }
+    let (x, options, back) = over_last_axis(x, options);
     let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
         x.into_dispatch(),
@@ -91,7 +74,10 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
         activation,
         scale,
     );
-    (Tensor::from_dispatch(q), Tensor::from_dispatch(amax))
+    (
+        restore_axis(Tensor::from_dispatch(q), back),
+        Tensor::from_dispatch(amax),
+    )
 }
 
 /// Checks the arguments of the FP8 entry points (panicking with a message naming the bad one)

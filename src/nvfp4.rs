@@ -15,7 +15,7 @@
 
 use burn::tensor::{Int, Tensor};
 
-use crate::api::{RmsNormSiluOptions, check_arguments, moved_last};
+use crate::api::{RmsNormSiluOptions, check_arguments, over_last_axis, restore_axis};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::nvfp4_scheme;
 use burn::backend::Dispatch;
@@ -108,15 +108,7 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
     options: RmsNormSiluOptions,
     scaling: Nvfp4Scaling,
 ) -> Tensor<D> {
-    let dim = options.axis::<D>();
-    if dim + 1 != D {
-        let (moved, back) = moved_last(x, dim);
-        let options = RmsNormSiluOptions {
-            dim: None,
-            ..options
-        };
-        return rms_norm_silu_nvfp4_with(moved, gamma, options, scaling).permute(back);
-    }
+    let (x, options, back) = over_last_axis(x, options);
     let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4(
         x.into_dispatch(),
@@ -126,7 +118,7 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
         recipe,
         s_enc,
     );
-    Tensor::from_dispatch(out)
+    restore_axis(Tensor::from_dispatch(out), back)
 }
 
 /// The op over the options' axis (by default the last) as raw NVFP4 parts for a block-scaled
@@ -142,15 +134,8 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
     scaling: Nvfp4Scaling,
     layout: ScaleLayout,
 ) -> Nvfp4Parts {
-    let dim = options.axis::<D>();
-    if dim + 1 != D {
-        let (moved, _) = moved_last(x, dim);
-        let options = RmsNormSiluOptions {
-            dim: None,
-            ..options
-        };
-        return rms_norm_silu_nvfp4_parts(moved, gamma, options, scaling, layout);
-    }
+    // The parts are rows of the moved view: nothing to move back.
+    let (x, options, _) = over_last_axis(x, options);
     let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
     let (values, scales) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_parts(
         x.into_dispatch(),

@@ -314,19 +314,19 @@ pub fn forward_into(
     // Rows of `into` stored one after another at a fixed pitch are written in place: on CUDA
     // `Tensor::empty` pads rows to a power of two bytes (cubecl's pitched allocations: C = 96 in
     // bf16 takes 256-byte rows), and a copy to a dense buffer would cost more than the op.
-    let pitched =
-        !into.meta.is_tiled() && row_pitch(into.meta.shape(), into.meta.strides()).is_some();
-    let into = if pitched && into.can_mut() {
-        into
-    } else if into.is_contiguous() {
-        into.copy()
-    } else {
-        into_contiguous(into)
+    let pitch = match into.meta.is_tiled() {
+        false => row_pitch(into.meta.shape(), into.meta.strides()),
+        true => None,
+    };
+    // A copy (of a shared or scattered target) is dense: rows of `channels` elements.
+    let (into, pitch) = match pitch {
+        Some(pitch) if into.can_mut() => (into, pitch),
+        _ if into.is_contiguous() => (into.copy(), channels),
+        _ => (into_contiguous(into), channels),
     };
     if rows.problem.rows == 0 {
         return into;
     }
-    let pitch = row_pitch(into.meta.shape(), into.meta.strides()).unwrap_or(channels);
     rows.problem.out_row_stride = pitch;
     // `offset` counts dense elements and is a whole number of rows (`dim` is not the last axis).
     let start = offset / channels.max(1) * pitch;
