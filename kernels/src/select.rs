@@ -112,11 +112,15 @@ pub fn select_output_knobs_with_source(
         problem,
         elem_size,
         gamma_elem_size,
-        out: out.to_string(),
         alignment_bytes,
     };
     let cache = SELECTIONS.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(&chosen) = cache.lock().expect("knob selection cache").get(&key) {
+    let known = cache
+        .lock()
+        .expect("knob selection cache")
+        .get(out)
+        .and_then(|by_key| by_key.get(&key).copied());
+    if let Some(chosen) = known {
         return chosen;
     }
     let chosen = choose_output_knobs(
@@ -130,22 +134,26 @@ pub fn select_output_knobs_with_source(
     cache
         .lock()
         .expect("knob selection cache")
+        .entry(out.to_string())
+        .or_default()
         .insert(key, chosen);
     chosen
 }
 
-/// What a selection depends on besides the device's fixed properties.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// What a selection depends on besides the device's fixed properties and the output kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct SelectionKey {
     device: usize,
     problem: RowsProblem,
     elem_size: usize,
     gamma_elem_size: usize,
-    out: String,
     alignment_bytes: u64,
 }
 
-static SELECTIONS: OnceLock<Mutex<HashMap<SelectionKey, (Knobs, KnobSource)>>> = OnceLock::new();
+/// The selections made, by output kind (looked up by `&str`: no allocation on a repeated call).
+type Selections = HashMap<String, HashMap<SelectionKey, (Knobs, KnobSource)>>;
+
+static SELECTIONS: OnceLock<Mutex<Selections>> = OnceLock::new();
 
 /// The configuration [`KNOBS_ENV`] forces, read once per process.
 fn forced_knobs() -> Option<Knobs> {
