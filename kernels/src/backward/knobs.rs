@@ -176,24 +176,30 @@ impl crate::table::TextKnobs for BackwardKnobs {
             cubes_per_sm: None,
             max_vector: 0,
         };
-        // The optional parts, each at most once and in the order `Display` writes them.
+        // The optional parts in the order `Display` writes them (so each at most once).
         let mut order = 0;
         for part in parts {
-            let (rank, ok) = match part {
-                "fast" => (1, !std::mem::replace(&mut knobs.fast_math, true)),
-                "pf" => (2, !std::mem::replace(&mut knobs.prefetch, true)),
+            let number = |s: &str| s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(bad);
+            let rank = match part {
+                "fast" => {
+                    knobs.fast_math = true;
+                    1
+                }
+                "pf" => {
+                    knobs.prefetch = true;
+                    2
+                }
                 s if s.starts_with('s') => {
-                    let n = s[1..].parse().map_err(|_| bad())?;
-                    (3, knobs.cubes_per_sm.replace(n).is_none())
+                    knobs.cubes_per_sm = Some(s[1..].parse().map_err(|_| bad())?);
+                    3
                 }
                 v if v.starts_with('v') => {
-                    let n: usize = v[1..].parse().map_err(|_| bad())?;
-                    knobs.max_vector = n;
-                    (4, n != 0)
+                    knobs.max_vector = number(&v[1..])?;
+                    4
                 }
                 _ => return Err(bad()),
             };
-            if !ok || rank <= order {
+            if rank <= order {
                 return Err(bad());
             }
             order = rank;
