@@ -50,10 +50,9 @@ pack() {
 for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
-        tests) skip=(); [ -d gpu/fixtures/wan21_small ] || skip=(--skip wan_vae)
-               (cd gpu && WAN_FIXTURES=$PWD/fixtures RMSNORM_TEST_DEVICE=cuda timeout "${TESTS_TIMEOUT:-150}" \
-                   ./tests --test-threads="${TESTS_THREADS:-4}" ${skip[@]+"${skip[@]}"} ${TESTS_FILTER:-}) \
-                   > "$out/tests.log" 2>&1 ;;
+        # The whole suite as parallel processes (scripts/cuda-suite.sh; TESTS_FILTER limits it).
+        tests) SUITE_OUT="$out" SUITE_TIMEOUT=${TESTS_TIMEOUT:-480} bash scripts/cuda-suite.sh ${TESTS_FILTER:-} \
+                   > "$out/tests.log" 2>&1; cat "$out/tests.log" ;;
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
         sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-135} \
@@ -176,6 +175,6 @@ for step in "${steps[@]}"; do
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
     pack
 done
-grep -hE "test result|FAILED" "$out/tests.log" "$out/sweep.log" 2>/dev/null
+grep -hE "test result|FAILED" "$out"/suite-*.log "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
 tail -n 40 "$out"/quant*.log "$out/backward.log" 2>/dev/null | cut -c1-200

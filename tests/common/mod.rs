@@ -251,9 +251,9 @@ pub fn run_cases<T: Sync>(
 }
 
 /// Knob-path case lists longer than this are sampled on a GPU (each case compiles its own
-/// kernels there, ~1.5 s of NVRTC apiece) unless `RMSNORM_TEST_FULL=1`; the CPU runtime runs
-/// every case.
-pub const SAMPLED_CASES: usize = 40;
+/// kernels there, ~1.5 s of NVRTC apiece, one at a time per process) unless
+/// `RMSNORM_TEST_FULL=1`; the CPU runtime runs every case.
+pub const SAMPLED_CASES: usize = 24;
 
 /// The cases of a knob-path sweep to run: all of them on the CPU runtime, with
 /// `RMSNORM_TEST_FULL=1`, or when there are at most [`SAMPLED_CASES`]; otherwise a seeded sample
@@ -261,17 +261,18 @@ pub const SAMPLED_CASES: usize = 40;
 /// (every dotted or spaced part of `key`, as knobs print themselves), topped up at random to
 /// [`SAMPLED_CASES`], in the original order.
 pub fn sample_cases<T>(cases: Vec<T>, key: impl Fn(&T) -> String) -> Vec<T> {
+    sample_cases_up_to(cases, SAMPLED_CASES, key)
+}
+
+/// [`sample_cases`] with its own total: for sweeps whose every case compiles several kernels.
+pub fn sample_cases_up_to<T>(cases: Vec<T>, total: usize, key: impl Fn(&T) -> String) -> Vec<T> {
     let count = cases.len();
     let full = std::env::var("RMSNORM_TEST_FULL").is_ok_and(|v| v == "1");
-    if full || !on_gpu() || count <= SAMPLED_CASES {
+    if full || !on_gpu() || count <= total {
         return cases;
     }
     let keys: Vec<Vec<String>> = cases.iter().map(|c| key_parts(&key(c))).collect();
-    let keep = covering_sample(
-        &keys,
-        SAMPLED_CASES,
-        &mut rng(&format!("sample of {count} cases")),
-    );
+    let keep = covering_sample(&keys, total, &mut rng(&format!("sample of {count} cases")));
     let sample: Vec<T> = cases
         .into_iter()
         .zip(keep)
@@ -282,6 +283,14 @@ pub fn sample_cases<T>(cases: Vec<T>, key: impl Fn(&T) -> String) -> Vec<T> {
         sample.len()
     );
     sample
+}
+
+/// The keys of a sweep written as nested loops that this run takes ([`sample_cases_up_to`] over
+/// the keys): the loops skip a case whose key is not in the set.
+pub fn sampled_keys(keys: Vec<String>, total: usize) -> std::collections::HashSet<String> {
+    sample_cases_up_to(keys, total, String::clone)
+        .into_iter()
+        .collect()
 }
 
 /// The knob values of a case's key: its dotted, colon-, comma- or space-separated parts.
