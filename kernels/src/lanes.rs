@@ -11,6 +11,18 @@ use cubecl::prelude::*;
 use crate::knobs::{LaneReduce, RowConfig};
 use crate::rescue::prescale;
 
+/// Where a unit's rows of one cube step sit, for [`lane_sums`]: the unit's lane in its row
+/// ([`unit_lane`]) and its row slot `y` ([`unit_row`]), the step's first row, the rows the cube
+/// sees ([`rows_seen`]), and whether eps is small enough for a total to need the rescue.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct RowStep {
+    pub lane: usize,
+    pub y: usize,
+    pub step_first_row: usize,
+    pub rows: usize,
+    pub small_eps: bool,
+}
+
 /// Sum of the lanes of a vector.
 #[cube]
 pub(crate) fn horizontal_sum<N: Size>(v: Vector<f32, N>) -> f32 {
@@ -65,25 +77,22 @@ pub(crate) fn tree_sum<N: Size>(
 /// shuffles (plane reduction) or cube barriers (shared reduction), so a second call inside
 /// `if rescue { .. }` stays uniform. Row `y + r * rows_per_cube` of a cube step starts at
 /// `step_first_row`.
-#[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn lane_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
-    lane: usize,
-    y: usize,
-    step_first_row: usize,
-    rows: usize,
-    small_eps: bool,
+    at: RowStep,
     #[comptime] cfg: RowConfig,
 ) -> bool {
+    let (lane, y, step_first_row, rows, small_eps) =
+        (at.lane, at.y, at.step_first_row, at.rows, at.small_eps);
     let lanes = cfg.lanes_per_row;
     let steps = comptime![lanes.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
     let mut rescue = false;
     if comptime![cfg.packs_rows()] {
-        rescue = packed_row_sums(partials, lane, y, step_first_row, rows, small_eps, cfg);
+        rescue = packed_row_sums(partials, at, cfg);
     } else if comptime![lanes > 1] {
         match comptime![cfg.lane_reduce] {
             LaneReduce::Plane => {
@@ -106,27 +115,9 @@ pub(crate) fn lane_sums(
             }
             LaneReduce::Shared => {
                 if comptime![cfg.plane_width > 1 && lanes > cfg.plane_width] {
-                    rescue = plane_then_shared_sums(
-                        partials,
-                        shared,
-                        lane,
-                        y,
-                        step_first_row,
-                        rows,
-                        small_eps,
-                        cfg,
-                    );
+                    rescue = plane_then_shared_sums(partials, shared, at, cfg);
                 } else {
-                    rescue = shared_tree_sums(
-                        partials,
-                        shared,
-                        lane,
-                        y,
-                        step_first_row,
-                        rows,
-                        small_eps,
-                        cfg,
-                    );
+                    rescue = shared_tree_sums(partials, shared, at, cfg);
                 }
             }
         }
@@ -143,17 +134,10 @@ pub(crate) fn lane_sums(
 /// [`lane_sums`] for rows packed into planes ([`RowConfig::packs_rows`]): a tree of shuffles
 /// down within each row's lanes (`lane + offset` inside the row: a fixed order, rows never
 /// mix), its first lane's total then broadcast to the row. The rescue answer is the plane's.
-#[allow(clippy::too_many_arguments)]
 #[cube]
-fn packed_row_sums(
-    partials: &mut Array<f32>,
-    lane: usize,
-    y: usize,
-    step_first_row: usize,
-    rows: usize,
-    small_eps: bool,
-    #[comptime] cfg: RowConfig,
-) -> bool {
+fn packed_row_sums(partials: &mut Array<f32>, at: RowStep, #[comptime] cfg: RowConfig) -> bool {
+    let (lane, y, step_first_row, rows, small_eps) =
+        (at.lane, at.y, at.step_first_row, at.rows, at.small_eps);
     let lanes = comptime![cfg.lanes_per_row as usize];
     let steps = comptime![cfg.lanes_per_row.next_power_of_two().trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
@@ -217,18 +201,15 @@ pub(crate) fn rows_seen(rows: usize, #[comptime] cfg: RowConfig) -> usize {
 
 /// [`lane_sums`] through a shared-memory tree over the lanes of each row (`log2(lanes) + 2`
 /// cube barriers); every unit reads every row total of the cube, so all agree on the rescue.
-#[allow(clippy::too_many_arguments)]
 #[cube]
 fn shared_tree_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
-    lane: usize,
-    y: usize,
-    step_first_row: usize,
-    rows: usize,
-    small_eps: bool,
+    at: RowStep,
     #[comptime] cfg: RowConfig,
 ) -> bool {
+    let (lane, y, step_first_row, rows, small_eps) =
+        (at.lane, at.y, at.step_first_row, at.rows, at.small_eps);
     let lanes = cfg.lanes_per_row;
     // A lane count that is not a power of two (the NVFP4 kernel's) takes the tree of the next
     // power of two, each lane adding only partners inside the row.
@@ -281,19 +262,16 @@ fn shared_tree_sums(
 /// the same bits), its first lane writes the plane's sum to shared memory, and after one barrier
 /// every unit adds the planes of every row of the cube in plane order (a fixed order: all lanes
 /// of a row get the same total, and all units agree on the rescue). Two cube barriers.
-#[allow(clippy::too_many_arguments)]
 #[cube]
 #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` is not a cube operation
 fn plane_then_shared_sums(
     partials: &mut Array<f32>,
     shared: &mut Shared<[f32]>,
-    lane: usize,
-    y: usize,
-    step_first_row: usize,
-    rows: usize,
-    small_eps: bool,
+    at: RowStep,
     #[comptime] cfg: RowConfig,
 ) -> bool {
+    let (lane, y, step_first_row, rows, small_eps) =
+        (at.lane, at.y, at.step_first_row, at.rows, at.small_eps);
     let width = cfg.plane_width;
     let steps = comptime![width.trailing_zeros()];
     let planes = comptime![(cfg.lanes_per_row / cfg.plane_width) as usize];

@@ -17,7 +17,7 @@ use crate::activation::{LOG2_E, input_scale, inv_rms, output_value, silu_constan
 use crate::device::{has_ptx_math, reduction_plane_width};
 use crate::fp8_out::{e4m3_words, encode, nan_max, vector_amax};
 use crate::knobs::{GammaIn, Knobs, LaneReduce, RowConfig};
-use crate::lanes::{lane_sums, rows_seen, unit_lane, unit_row};
+use crate::lanes::{RowStep, lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::problem::{KernelError, RowOperands, RowsProblem};
 use crate::rescue::{prescale, small_eps};
@@ -259,11 +259,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             let rescue = lane_sums(
                 &mut sums,
                 &mut shared,
-                lane,
-                y,
-                step_first_row,
-                rows_here,
-                small,
+                RowStep {
+                    lane: lane,
+                    y: y,
+                    step_first_row: step_first_row,
+                    rows: rows_here,
+                    small_eps: small,
+                },
                 cfg,
             );
             // Rare: a row total out of fp32 range is summed again from the registers with
@@ -289,11 +291,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 lane_sums(
                     &mut rescued,
                     &mut shared,
-                    lane,
-                    y,
-                    step_first_row,
-                    rows_here,
-                    small,
+                    RowStep {
+                        lane: lane,
+                        y: y,
+                        step_first_row: step_first_row,
+                        rows: rows_here,
+                        small_eps: small,
+                    },
                     cfg,
                 );
             }
@@ -398,11 +402,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
             let rescue = lane_sums(
                 &mut sums,
                 &mut shared,
-                lane,
-                y,
-                step_first_row,
-                rows_here,
-                small,
+                RowStep {
+                    lane: lane,
+                    y: y,
+                    step_first_row: step_first_row,
+                    rows: rows_here,
+                    small_eps: small,
+                },
                 cfg,
             );
             if rescue {
@@ -423,11 +429,13 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                 lane_sums(
                     &mut rescued,
                     &mut shared,
-                    lane,
-                    y,
-                    step_first_row,
-                    rows_here,
-                    small,
+                    RowStep {
+                        lane: lane,
+                        y: y,
+                        step_first_row: step_first_row,
+                        rows: rows_here,
+                        small_eps: small,
+                    },
                     cfg,
                 );
             }

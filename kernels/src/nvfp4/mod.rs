@@ -28,7 +28,7 @@ use cubecl::server::Handle;
 use crate::activation::inv_rms;
 use crate::device::{has_ptx_math, reduction_plane_width};
 use crate::knobs::{GammaIn, LaneReduce, RowConfig};
-use crate::lanes::{horizontal_sum, lane_sums, rows_seen, unit_lane, unit_row};
+use crate::lanes::{RowStep, horizontal_sum, lane_sums, rows_seen, unit_lane, unit_row};
 use crate::params::{Activation, NormParams, Output};
 use crate::problem::{KernelError, RowOperands, RowsProblem};
 use crate::rescue::{prescale, small_eps};
@@ -347,11 +347,13 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
         let rescue = lane_sums(
             &mut sums,
             &mut shared,
-            lane,
-            y,
-            step_first_row,
-            rows_here,
-            small,
+            RowStep {
+                lane: lane,
+                y: y,
+                step_first_row: step_first_row,
+                rows: rows_here,
+                small_eps: small,
+            },
             cfg.rows(),
         );
         #[unroll]
@@ -385,11 +387,13 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
             lane_sums(
                 &mut rescued,
                 &mut shared,
-                lane,
-                y,
-                step_first_row,
-                rows_here,
-                small,
+                RowStep {
+                    lane: lane,
+                    y: y,
+                    step_first_row: step_first_row,
+                    rows: rows_here,
+                    small_eps: small,
+                },
                 cfg.rows(),
             );
         }
