@@ -309,7 +309,7 @@ fn every_channels_config_writes_every_element() {
     // shape, vector cap and tile mode.
     let case_key = |p: usize, k: usize, cached: bool| {
         let (pu, cg) = shapes[k];
-        let single = k % 2 == 0;
+        let single = k.is_multiple_of(2);
         format!(
             "P{p} p{pu}x{cg} cache{cached} v{} one{single}",
             [0, 2, 1][k % 3]

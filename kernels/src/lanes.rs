@@ -84,8 +84,7 @@ pub(crate) fn lane_sums(
     at: RowStep,
     #[comptime] cfg: RowConfig,
 ) -> bool {
-    let (lane, y, step_first_row, rows, small_eps) =
-        (at.lane, at.y, at.step_first_row, at.rows, at.small_eps);
+    let (y, step_first_row, rows, small_eps) = (at.y, at.step_first_row, at.rows, at.small_eps);
     let lanes = cfg.lanes_per_row;
     let steps = comptime![lanes.trailing_zeros()];
     let rows_per_unit = comptime![cfg.rows_per_unit as usize];
