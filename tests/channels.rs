@@ -407,10 +407,28 @@ fn every_channels_config_writes_every_element() {
 
 /// Every cached launch shape of the channels-first backward, with and without prefetch, gives
 /// the row backward's dx and dgamma (on the same values laid out as rows), from NaN-poisoned
-/// outputs, for C and S that do not divide the tile; `fast_math` off CUDA and prefetch with
-/// 2-byte vectors are refused.
+/// outputs, for C and S that do not divide the tile (split in two tests by problem, so that
+/// a parallel suite runs them side by side); `fast_math` off CUDA is refused.
 #[test]
 fn every_channels_backward_config_matches_the_row_backward() {
+    channels_backward_configs(&[(2, 3, 35), (1, 96, 64), (2, 130, 17)]);
+}
+
+/// [`every_channels_backward_config_matches_the_row_backward`] on more tiles than the CPU
+/// runtime's 64 cubes and on a narrow shape above C = 128; prefetch with 2-byte vectors is refused.
+#[test]
+fn every_channels_backward_config_on_many_tiles_and_wide_rows() {
+    // (3, 5, 200): more tiles than the CPU runtime's 64 cubes for the prefetch configurations,
+    // so a cube walks several (the prefetch's steady state and its last tile). (1, 192, 40): on
+    // a GPU the default takes vectors of 4 positions, 12 channels a unit, 4 position units, one
+    // tile per cube (`p4.g16.k12.v4`).
+    channels_backward_configs(&[(3, 5, 200), (1, 192, 40)]);
+    prefetch_of_two_byte_vectors_is_refused();
+}
+
+/// The channels-first backward of `problems` (`[batches, C, S]`) on the device's default launch
+/// shape and on a sample of launch shapes of every kind, against the row backward.
+fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
     use crate::backward::{GradientBuffers, fused_gradients_with};
     use crate::kernel_knobs::cube_device;
     use rmsnorm_silu_kernels::backward::BackwardKnobs;
@@ -421,17 +439,6 @@ fn every_channels_backward_config_matches_the_row_backward() {
     let norm = NormParams::rms(1e-5);
     let dtype = DType::F32;
     let max_units = client.properties().hardware.max_units_per_cube;
-    // (3, 5, 200): more tiles than the CPU runtime's 64 cubes for the prefetch configurations,
-    // so a cube walks several (the prefetch's steady state and its last tile).
-    let problems = [
-        (2usize, 3usize, 35usize),
-        (1, 96, 64),
-        (2, 130, 17),
-        (3, 5, 200),
-        // On a GPU a narrow shape above C = 128: the default takes vectors of 4 positions, 12
-        // channels a unit, 4 position units, one tile per cube (`p4.g16.k12.v4`).
-        (1, 192, 40),
-    ];
     // Launch shapes of every kind: (position units, channel groups), the last as the GPU
     // default above (2 position units of a 6-channel group, widest vectors).
     let shapes = [
@@ -459,9 +466,9 @@ fn every_channels_backward_config_matches_the_row_backward() {
             .flat_map(|p| (0..shapes.len()).map(move |k| (p, k)))
             .map(|(p, k)| case_key(p, k))
             .collect(),
-        12,
+        8,
     );
-    for (p, (batches, channels, positions)) in problems.into_iter().enumerate() {
+    for (p, &(batches, channels, positions)) in problems.iter().enumerate() {
         let n = batches * channels * positions;
         let x = round_to(&uniform(&mut rng, n, -3.0, 3.0), dtype);
         let dy = round_to(&uniform(&mut rng, n, -1.0, 1.0), dtype);
@@ -546,7 +553,14 @@ fn every_channels_backward_config_matches_the_row_backward() {
             assert_close(&dgamma, &want_dgamma, 1e-5, 1e-4, &label);
         }
     }
-    // Prefetch loads 32-bit words: 2-byte vectors (bf16, one position) are refused.
+}
+
+/// Prefetch loads 32-bit words: 2-byte vectors (bf16, one position) are refused.
+fn prefetch_of_two_byte_vectors_is_refused() {
+    use crate::backward::GradientBuffers;
+    use rmsnorm_silu_kernels::channels::ChannelsConfig;
+    let device = crate::kernel_knobs::cube_device();
+    let norm = NormParams::rms(1e-5);
     let (channels, positions) = (4usize, 6usize);
     let ones = vec![1.0; channels * positions];
     let b = GradientBuffers::upload(

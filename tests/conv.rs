@@ -103,10 +103,24 @@ fn random_case(
     (got, want, shape)
 }
 
+/// The channels-last causal convolution against the host's f64 convolution: the first chunk's
+/// zero frames, cached frames, the temporal upsampler's 3x1x1, per-frame 3x3 and 1x1, asymmetric
+/// spatial padding; in f32 here.
 #[test]
-fn matches_the_host_convolution() {
+fn matches_the_host_convolution_in_f32() {
+    host_convolution_cases(DType::F32);
+}
+
+/// [`matches_the_host_convolution_in_f32`] in bf16 (a test of its own: each dtype compiles its
+/// own kernels, and a parallel suite runs the two side by side).
+#[test]
+fn matches_the_host_convolution_in_bf16() {
+    host_convolution_cases(DType::BF16);
+}
+
+fn host_convolution_cases(dtype: DType) {
     let device = device();
-    let mut rng = rng("conv3d_channels_last");
+    let mut rng = rng(&format!("conv3d_channels_last {dtype:?}"));
     let cases: [([usize; 5], [usize; 5], ConvPadding); 7] = [
         // First chunk: one frame, two zero frames in front.
         ([1, 1, 5, 6, 7], [5, 3, 3, 3, 7], ConvPadding::causal(2, 1)),
@@ -130,19 +144,17 @@ fn matches_the_host_convolution() {
             },
         ),
     ];
-    for dtype in [DType::F32, DType::BF16] {
-        for (xs, ws, padding) in cases {
-            let (got, want, shape) = random_case(&mut rng, &device, xs, ws, padding, dtype);
-            assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
-            assert_eq!(got.dtype(), dtype);
-            let rel = tolerance(dtype);
-            assert_close_to_scale(
-                &values(got),
-                &want,
-                rel,
-                &format!("{dtype:?} {xs:?} * {ws:?} {padding:?}"),
-            );
-        }
+    for (xs, ws, padding) in cases {
+        let (got, want, shape) = random_case(&mut rng, &device, xs, ws, padding, dtype);
+        assert_eq!(got.dims(), shape, "{xs:?} * {ws:?} {padding:?}");
+        assert_eq!(got.dtype(), dtype);
+        let rel = tolerance(dtype);
+        assert_close_to_scale(
+            &values(got),
+            &want,
+            rel,
+            &format!("{dtype:?} {xs:?} * {ws:?} {padding:?}"),
+        );
     }
 }
 

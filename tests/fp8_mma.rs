@@ -92,29 +92,28 @@ fn mma_probe(a: &[e4m3], b: &[e4m3], out: &mut [f32]) {
 /// four E4M3 codes (the lowest byte the lowest column or row). Fragments as the PTX ISA lays out
 /// m16n8k32 for 8-bit types: lane `g * 4 + t` holds A's rows g and g + 8 at columns `4t..4t+4`
 /// and `16+4t..`, B's column g at rows `4t..4t+4` and `16+4t..`, and D's rows g and g + 8 at
-/// columns `2t, 2t + 1`. Each fragment is one vector operand: cubecl's inline PTX takes at most
-/// one result and writes a vector as a PTX register list (`{%0, %1, ...}`), the form its own
-/// `mma.sync` lowering uses (four scalar results panic in its IR rewriter).
+/// columns `2t, 2t + 1`. cubecl's inline PTX takes at most one result (four scalar results panic
+/// in its IR rewriter), and writes an f32 vector as a PTX register list (`{%0, %1, ...}`) but a
+/// vector of u32 as one 64-bit operand (ptxas: "Arguments mismatch for instruction 'mma'"): D and
+/// C are f32 vectors, A's and B's words scalar inputs.
 #[cube(launch)]
 fn mma_ptx_probe(a: &[u32], b_columns: &[u32], out: &mut [f32]) {
     let lane = UNIT_POS_PLANE as usize;
     let (g, t) = (lane / 4, lane % 4);
     let words = K / 4;
     let size!(N4) = comptime![4usize];
-    let size!(N2) = comptime![2usize];
-    let mut frag_a = Vector::<u32, N4>::empty();
-    frag_a.insert(0usize, a[g * words + t]);
-    frag_a.insert(1usize, a[(g + 8) * words + t]);
-    frag_a.insert(2usize, a[g * words + 4 + t]);
-    frag_a.insert(3usize, a[(g + 8) * words + 4 + t]);
-    let mut frag_b = Vector::<u32, N2>::empty();
-    frag_b.insert(0usize, b_columns[g * words + t]);
-    frag_b.insert(1usize, b_columns[g * words + 4 + t]);
+    let a0 = a[g * words + t];
+    let a1 = a[(g + 8) * words + t];
+    let a2 = a[g * words + 4 + t];
+    let a3 = a[(g + 8) * words + 4 + t];
+    let b0 = b_columns[g * words + t];
+    let b1 = b_columns[g * words + 4 + t];
     let frag_c = Vector::<f32, N4>::new(0.0);
     let frag_d: Vector<f32, N4>;
     gpu_asm!(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {d}, {a}, {b}, {c};",
-        a = in(_) frag_a, b = in(_) frag_b, c = in(_) frag_c, d = out(_) frag_d,
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {d}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {c};",
+        a0 = in(_) a0, a1 = in(_) a1, a2 = in(_) a2, a3 = in(_) a3,
+        b0 = in(_) b0, b1 = in(_) b1, c = in(_) frag_c, d = out(_) frag_d,
         options(nomem),
     );
     out[g * N + 2 * t] = frag_d.extract(0usize);
