@@ -4,7 +4,7 @@
 # one call's 64 MiB). Usage: scripts/gpu-pack.sh [tests] [demo] [bench] [conv] [wan] [wan-tests] [fixtures]   (default: tests demo)
 # Everything is built with the workspace's default features, sharing CI's compiled dependencies
 # (GPU_FEATURES, e.g. "cuda", builds tests and benches with those features only). Sizes (xz): tests ~31 MB, bench ~27 MB, wan ~31 MB; fixtures 17 MB.
-# Then, on the GPU machine: `bash scripts/gpu-run.sh` (see README "Testing on CUDA").
+# Then, on the GPU machine: `bash scripts/cuda-suite.sh` or `bash scripts/gpu-steps.sh [steps]` (see README "Testing on CUDA").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
