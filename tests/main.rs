@@ -10,6 +10,7 @@ mod attention;
 mod autodiff;
 mod backward;
 mod channels;
+mod channels_backward;
 mod conv;
 mod edge_cases;
 mod errors;
