@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the demo: the Wan VAE decoder port with every norm site on the fused op (a small
 # random-weight decoder; a 3-frame latent -> 9 frames of 64x96), checked against the same decode
-# with composed Burn ops, frames written to wan_vae_out/ as PNGs and a GIF. CUDA when a GPU is
+# with composed Burn ops, frames written to wan_vae_out/ as PNGs, a GIF and an MP4. CUDA when a GPU is
 # present, otherwise the CubeCL CPU runtime. Does its own set-up first. Arguments go to the
 # decoder's program (e.g. --weights PATH --latent PATH --dtype bf16; see wan-vae/src/main.rs).
 # The single-op demo (error vs an f64 reference on a Wan shape): cargo run --release --example demo

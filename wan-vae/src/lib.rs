@@ -9,14 +9,17 @@
 //! - [`config`]: hyper-parameters (published models, the cross-check fixtures, detection);
 //! - [`weights`]: safetensors loading (diffusers or original names) or random weights;
 //! - [`layers`]: causal conv + frame cache, norm sites, residual / attention / resample blocks;
-//! - [`decoder`]: the decoder and its frame-by-frame causal decode.
+//! - [`decoder`]: the decoder and its frame-by-frame causal decode;
+//! - [`video`]: the decoded frames as an H.264 MP4.
 
 pub mod config;
 pub mod decoder;
 pub mod layers;
+pub mod video;
 pub mod weights;
 
 pub use config::WanConfig;
 pub use decoder::{LatentError, WanDecoder};
 pub use layers::{Ctx, MemoryPeak, denormalize};
+pub use video::{Mp4Options, VideoError, write_mp4};
 pub use weights::{WeightError, Weights};

@@ -1,6 +1,6 @@
 //! The `wan-vae` program: decodes a Wan video latent with the Burn port of the Wan VAE decoder,
-//! every norm site on the fused RMSNorm + SiLU op, and writes the frames as PNG images and an
-//! animated GIF (`wan-vae --help` lists the options).
+//! every norm site on the fused RMSNorm + SiLU op, and writes the frames as PNG images, an
+//! animated GIF and an H.264 MP4 (`wan-vae --help` lists the options).
 //!
 //! It warms up with one whole decode (kernel compilation) and reports when the first latent
 //! frame was decoded after the program started, times the decode per latent frame with no
@@ -27,7 +27,7 @@ use cli::io::{
 use cli::timing::timed_decode;
 
 /// Decodes a Wan video latent with the Burn port of the Wan VAE decoder (every norm site on the
-/// fused RMSNorm + SiLU op) and writes the frames as PNG images and an animated GIF.
+/// fused RMSNorm + SiLU op) and writes the frames as PNG images, an animated GIF and an MP4.
 #[derive(Parser, Debug)]
 #[command(name = "wan-vae", version)]
 struct Args {
@@ -77,10 +77,10 @@ struct Args {
     /// call, for the breakdown of the time).
     #[arg(long)]
     no_profile: bool,
-    /// Write no PNG frames and no GIF.
+    /// Write no PNG frames, GIF or MP4.
     #[arg(long)]
     no_write: bool,
-    /// Directory of the PNG frames and the GIF.
+    /// Directory of the PNG frames, `video.gif` and `video.mp4` (H.264, 16 frames a second).
     #[arg(long, value_name = "DIR", default_value = "wan_vae_out")]
     out: PathBuf,
     /// Also write the unclamped video as f32 `video` to this safetensors file.
@@ -459,7 +459,7 @@ fn main() {
     } else {
         write_outputs(&args.out, &frames, width, height);
         println!(
-            "wrote {} PNG frames and video.gif ({width}x{height}) to {}/",
+            "wrote {} PNG frames, video.gif and video.mp4 ({width}x{height}) to {}/",
             frames.len(),
             args.out.display()
         );

@@ -101,6 +101,15 @@ pub(crate) fn write_outputs(dir: &Path, frames: &[Vec<u8>], width: usize, height
         frame.delay = 6; // 1/100 s units: ~16 fps, Wan's frame rate
         gif.write_frame(&frame).expect("gif frame");
     }
+    let path = format!("{dir}/video.mp4");
+    wan_vae::write_mp4(
+        Path::new(&path),
+        frames,
+        width,
+        height,
+        wan_vae::Mp4Options::default(),
+    )
+    .unwrap_or_else(|e| fail(&format!("{path}: {e}")));
 }
 
 /// max |a - b| / max |b|.
