@@ -53,6 +53,10 @@ for step in "${steps[@]}"; do
         # The whole suite as parallel processes (scripts/cuda-suite.sh; TESTS_FILTER limits it).
         tests) SUITE_OUT="$out" SUITE_TIMEOUT=${TESTS_TIMEOUT:-480} bash scripts/cuda-suite.sh ${TESTS_FILTER:-} \
                    > "$out/tests.log" 2>&1; cat "$out/tests.log" ;;
+        # The ignored GPU probes: the FP8 mma.sync forms (`fp8_mma`) and the write-behind's cost.
+        probes) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout "${PROBES_TIMEOUT:-120}" ./tests --ignored fp8_mma into_costs \
+                   --nocapture --test-threads=1) > "$out/probes.log" 2>&1
+                grep -E "^test |matches|differ|plain|panicked|ptxas|error" "$out/probes.log" | cut -c1-200 ;;
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
         sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-135} \
