@@ -10,7 +10,9 @@
 # Usage (on the device): bash scripts/cuda-suite.sh [test-binary arguments, e.g. a filter]
 # SUITE_TIMEOUT (s, default 480) bounds each shard. SUITE_WRAP: a command each shard runs under
 # (scripts/sanitize.sh passes compute-sanitizer); SUITE_KEEP_CACHE=1 keeps the shards' kernel
-# caches from an earlier run (the same tests deal out the same way). Logs:
+# caches from an earlier run (the same tests deal out the same way). The caches go to
+# $OUT/suite-caches.tgz when $OUT is set; carried back as gpu/suite-caches.tgz, they make a run on
+# a fresh machine warm (a sanitizer pass split over two machines). Logs:
 # ${SUITE_OUT:-gpu/out}/${SUITE_NAME:-suite}-<n>.log with every test's time; <name>.log has the
 # totals and the slowest tests. Exits non-zero if a shard failed or timed out.
 set -uo pipefail
@@ -31,6 +33,10 @@ export WAN_FIXTURES=$PWD/gpu/fixtures
 name=${SUITE_NAME:-suite}
 wrap=()
 [ -z "${SUITE_WRAP:-}" ] || read -r -a wrap <<< "$SUITE_WRAP"
+keep=${SUITE_KEEP_CACHE:-0}
+if [ "$keep" != 1 ] && [ -f gpu/suite-caches.tgz ]; then
+    rm -rf gpu/shard-* && tar xzf gpu/suite-caches.tgz -C gpu && keep=1
+fi
 start=$(date +%s)
 pids=()
 for ((s = 0; s < shards; s++)); do
@@ -38,7 +44,7 @@ for ((s = 0; s < shards; s++)); do
     for ((i = s; i < ${#names[@]}; i += shards)); do group+=("${names[$i]}"); done
     [ ${#group[@]} -gt 0 ] || continue
     dir=gpu/shard-$s
-    [ "${SUITE_KEEP_CACHE:-0}" = 1 ] || rm -rf "$dir"
+    [ "$keep" = 1 ] || rm -rf "$dir"
     mkdir -p "$dir" && cp scripts/cubecl.toml "$dir/"
     # --report-time (libtest, unstable: RUSTC_BOOTSTRAP) prints each test's wall time.
     (cd "$dir" && RUSTC_BOOTSTRAP=1 timeout "${SUITE_TIMEOUT:-480}" ${wrap[@]+"${wrap[@]}"} ../tests \
@@ -48,7 +54,10 @@ done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 cache="cold (no kernel cache)"
-[ "${SUITE_KEEP_CACHE:-0}" != 1 ] || cache="with the shards' kernel caches"
+[ "$keep" != 1 ] || cache="with the shards' kernel caches"
+if [ -n "${OUT:-}" ]; then
+    (cd gpu && tar czf "$OUT/suite-caches.tgz" $(ls -d shard-*/default.db* 2>/dev/null)) 2>/dev/null || true
+fi
 logs=("$out/$name"-[0-9]*.log)
 {
     echo "$(date -u +%F) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1):" \
