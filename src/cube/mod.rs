@@ -126,6 +126,8 @@ impl RmsNormSiluBackend for CubeBackend {
 ///   in the same channels-last order;
 /// - a dense channels-first tensor (`[B, C, S...]` row-major): the channels kernel, output
 ///   dense channels-first;
+/// - channels-first memory whose rows of the last axis lie at one pitch (CUDA's pitched
+///   allocations pad them): the channels kernel in place, see [`forward_pitched_channels`];
 /// - any other layout: copied to dense channels-first first (documented copy).
 pub fn forward_dim(
     x: CubeTensor,
@@ -142,6 +144,10 @@ pub fn forward_dim(
     if let Some(rows) = moved.rows(&x) {
         return moved.restore(forward(rows, gamma, norm, activation));
     }
+    let x = match forward_pitched_channels(x, &gamma, dim, norm, activation) {
+        Ok(out) => return out,
+        Err(x) => x,
+    };
     let shape = x.shape();
     let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
     let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
@@ -167,6 +173,74 @@ pub fn forward_dim(
     )
     .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
     out
+}
+
+/// Channels-first `x` (`dim` before the last axis) whose last axis is contiguous and whose other
+/// axes are rows of one pitch wider than the last axis, as CUDA allocates `Tensor::from_data` of
+/// `[B, C, T, H, W]` when W's bytes are not a power of two: the channels kernel reads it in
+/// place, one launch per index of the axes before `dim`, each a problem whose batches are the
+/// rows between `dim` and the last axis (at the pitch) and whose positions are the last axis.
+/// The output is dense channels-first. `Err(x)` for any other layout (or no rows).
+fn forward_pitched_channels(
+    x: CubeTensor,
+    gamma: &CubeTensor,
+    dim: usize,
+    norm: NormParams,
+    activation: Activation,
+) -> Result<CubeTensor, CubeTensor> {
+    let shape = x.shape();
+    let rank = shape.len();
+    let width = shape[rank - 1];
+    let pitch = match x.meta.is_tiled() {
+        false => row_pitch(x.meta.shape(), x.meta.strides()),
+        true => None,
+    };
+    // Dense memory takes the one-launch dense path.
+    let Some(pitch) = pitch.filter(|&p| p > width) else {
+        return Err(x);
+    };
+    // Rows of the pitch in row-major order (`row_pitch` checked every axis longer than 1; the
+    // strides of size-1 axes are never used).
+    let channels = shape[dim];
+    let outer: usize = (0..dim).map(|d| shape[d]).product();
+    let rows: usize = (dim + 1..rank - 1).map(|d| shape[d]).product();
+    let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
+    let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
+    let gamma = into_contiguous(gamma.clone());
+    let out =
+        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape.clone(), x.dtype);
+    let problem = ChannelsProblem {
+        batches: rows,
+        channels,
+        positions: width,
+        x_batch_stride: pitch,
+        x_channel_stride: rows * pitch,
+        out_batch_stride: width,
+        out_channel_stride: rows * width,
+    };
+    let x_outer = channels * rows * pitch;
+    for o in 0..outer {
+        let at = |handle: &rmsnorm_silu_kernels::cubecl::server::Handle, elements: usize| {
+            handle
+                .clone()
+                .offset_start((elements * x_type.size()) as u64)
+        };
+        launch_channels(
+            &x.client,
+            RowOperands {
+                x: at(&x.handle, o * x_outer),
+                gamma: gamma.handle.clone(),
+                x_type,
+                gamma_type,
+            },
+            at(&out.handle, o * channels * rows * width),
+            problem,
+            norm,
+            activation,
+        )
+        .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
+    }
+    Ok(out)
 }
 
 /// Axis `dim` moved last in the metadata only (no data moves), and moved back.

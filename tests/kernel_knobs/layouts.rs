@@ -197,3 +197,57 @@ fn write_behind_into_pitched_rows_in_place() {
         }
     }
 }
+
+/// Channels-first `[B, C, T, H, W]` whose W rows lie at a pitch (as CUDA allocates
+/// `Tensor::from_data` when W's bytes are not a power of two), over the channel axis: read in
+/// place by the channels kernel (one launch per batch, the T x H rows as its batches), NaN in the
+/// padding never read, the output dense channels-first; an offset view (a slice of the padded
+/// rows) too.
+#[test]
+fn pitched_channels_first_over_the_channel_axis() {
+    use rmsnorm_silu_kernels::cubecl::zspace::metadata::Metadata;
+    let device = cube_device();
+    let mut rng = rng("pitched channels-first");
+    for ([b, c, t, h, w], pitch, skip) in [([2, 5, 3, 2, 12], 16, 0), ([1, 8, 2, 3, 8], 12, 4)] {
+        let shape = [b, c, t, h, w];
+        let n = b * c * t * h * w;
+        let x = round_to(&randn(&mut rng, n), DType::F32);
+        let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), DType::F32);
+        let norm = NormParams::rms(1e-5);
+        let want = crate::channels::reference_dim(&x, &shape, 1, &gamma, norm, Activation::Silu);
+        // Row r of W values at r * pitch + skip; NaN everywhere else.
+        let rows = b * c * t * h;
+        let mut padded = vec![f64::NAN; rows * pitch + skip];
+        for r in 0..rows {
+            padded[r * pitch + skip..r * pitch + skip + w].copy_from_slice(&x[r * w..(r + 1) * w]);
+        }
+        let buffer = upload(&padded, vec![padded.len()], DType::F32, &device);
+        let strides = [c * t * h * pitch, t * h * pitch, h * pitch, pitch, 1];
+        let mut handle = buffer.handle.clone();
+        handle = handle.offset_start((skip * 4) as u64);
+        let x = CubeTensor::new(
+            buffer.client.clone(),
+            handle,
+            Metadata::new(shape, strides),
+            buffer.device.clone(),
+            DType::F32,
+        );
+        let y = <CubeBackend as RmsNormSiluBackend>::rms_norm_silu_dim(
+            x,
+            upload(&gamma, vec![c], DType::F32, &device),
+            1,
+            norm,
+            Activation::Silu,
+        );
+        assert_eq!(y.meta.shape().to_vec(), shape.to_vec());
+        let dense = [c * t * h * w, t * h * w, h * w, w, 1];
+        assert_eq!(y.meta.strides().to_vec(), dense.to_vec(), "dense output");
+        assert_close(
+            &download(y),
+            &want,
+            1e-5,
+            1e-5,
+            &format!("{shape:?} at pitch {pitch}, offset {skip}"),
+        );
+    }
+}
