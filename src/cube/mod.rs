@@ -144,10 +144,9 @@ pub fn forward_dim(
     if let Some(rows) = moved.rows(&x) {
         return moved.restore(forward(rows, gamma, norm, activation));
     }
-    let x = match forward_pitched_channels(x, &gamma, dim, norm, activation) {
-        Ok(out) => return out,
-        Err(x) => x,
-    };
+    if let Some(out) = forward_pitched_channels(&x, &gamma, dim, norm, activation) {
+        return out;
+    }
     let shape = x.shape();
     let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
     let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
@@ -180,14 +179,14 @@ pub fn forward_dim(
 /// `[B, C, T, H, W]` when W's bytes are not a power of two: the channels kernel reads it in
 /// place, one launch per index of the axes before `dim`, each a problem whose batches are the
 /// rows between `dim` and the last axis (at the pitch) and whose positions are the last axis.
-/// The output is dense channels-first. `Err(x)` for any other layout (or no rows).
+/// The output is dense channels-first. `None` for any other layout.
 fn forward_pitched_channels(
-    x: CubeTensor,
+    x: &CubeTensor,
     gamma: &CubeTensor,
     dim: usize,
     norm: NormParams,
     activation: Activation,
-) -> Result<CubeTensor, CubeTensor> {
+) -> Option<CubeTensor> {
     let shape = x.shape();
     let rank = shape.len();
     let width = shape[rank - 1];
@@ -196,9 +195,7 @@ fn forward_pitched_channels(
         true => None,
     };
     // Dense memory takes the one-launch dense path.
-    let Some(pitch) = pitch.filter(|&p| p > width) else {
-        return Err(x);
-    };
+    let pitch = pitch.filter(|&p| p > width)?;
     // Rows of the pitch in row-major order (`row_pitch` checked every axis longer than 1; the
     // strides of size-1 axes are never used).
     let channels = shape[dim];
@@ -240,7 +237,7 @@ fn forward_pitched_channels(
         )
         .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
     }
-    Ok(out)
+    Some(out)
 }
 
 /// Axis `dim` moved last in the metadata only (no data moves), and moved back.
