@@ -6,7 +6,7 @@ use super::*;
 /// The Wan VAE decoder's channel-axis shapes `[B, C, T, H, W]`, normalised over C in both
 /// physical layouts: dense channels-first (the channels kernel) and channels-last memory (the
 /// row kernel over B*T*H*W rows), each against a same-bytes copy in the same run.
-pub(crate) fn channels(timer: &mut Timer, args: &Args) {
+pub(crate) fn channels(timer: &mut Timer, device: &Device, args: &Args) {
     use burn_rmsnorm_silu::kernels::channels::{
         ChannelsConfig, ChannelsProblem, channels_backward_config, channels_config,
         launch_channels_backward, launch_channels_with, tiled_channels_config,
@@ -126,6 +126,9 @@ pub(crate) fn channels(timer: &mut Timer, args: &Args) {
         };
         let (knobs, _) = select_knobs_with_source(&client, rows.problem, 2, 2, 256);
         results.push(("channels-last".into(), time_knobs(timer, &rows, &knobs, 50)));
+        let (first, last) = api_per_call(device, shape, eps);
+        results.push(("API channels-first from_data".into(), first));
+        results.push(("API channels-last".into(), last));
         let bytes = (n * 4 + c * 2) as f64;
         for (layout, k) in &results {
             let k = *k;
@@ -356,4 +359,40 @@ pub(crate) fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::Channel
         if cfg.prefetch { ".pf" } else { "" },
         if cfg.single_tile { "" } else { ".loop" }
     )
+}
+
+/// The time per call through the public API (`rms_norm_silu_dim` over the channel axis, 20 calls
+/// between two syncs, median of 5 such runs): the values of a `[B, C, T, H, W]` bf16 tensor made
+/// with `Tensor::from_data` (channels-first; on CUDA its W rows padded to a power of two bytes),
+/// and the same values channels-last (`[B, T, H, W, C]` memory viewed as `[B, C, T, H, W]`).
+fn api_per_call(device: &Device, [b, c, t, h, w]: [usize; 5], eps: f32) -> (f64, f64) {
+    use burn_rmsnorm_silu::{RmsNormSiluOptions, rms_norm_silu_dim};
+    let gamma = Tensor::<1>::random([c], Distribution::Uniform(0.5, 1.5), device).cast(DType::BF16);
+    let first = Tensor::<5>::random([b, c, t, h, w], Distribution::Normal(0.0, 1.0), device)
+        .cast(DType::BF16)
+        .into_data();
+    let first = Tensor::<5>::from_data(first, device);
+    let last = first.clone().permute([0, 2, 3, 4, 1]).into_data();
+    let last = Tensor::<5>::from_data(last, device).permute([0, 4, 1, 2, 3]);
+    let time = |x: &Tensor<5>| {
+        let mut runs = Vec::new();
+        for run in 0..6 {
+            device.sync().expect("sync");
+            let start = Instant::now();
+            for _ in 0..20 {
+                drop(rms_norm_silu_dim(
+                    x.clone(),
+                    gamma.clone(),
+                    1,
+                    RmsNormSiluOptions::rms(eps),
+                ));
+            }
+            device.sync().expect("sync");
+            if run > 0 {
+                runs.push(start.elapsed().as_secs_f64() * 1e6 / 20.0);
+            }
+        }
+        median(&runs)
+    };
+    (time(&first), time(&last))
 }

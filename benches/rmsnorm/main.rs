@@ -390,7 +390,7 @@ fn main() {
     match args.mode.as_str() {
         "tune" => tune::tune(&mut timer, &args),
         "fallback" => tune::fallback(&mut timer, &args),
-        "channels" => channels::channels(&mut timer, &args),
+        "channels" => channels::channels(&mut timer, &device, &args),
         "backward" => backward::backward(&mut timer, &args),
         "quant" => quant::quant(&mut timer, &args),
         "ab" => ab::ab(&mut timer),
