@@ -124,10 +124,9 @@ impl RmsNormSiluBackend for CubeBackend {
 /// - the axis is contiguous and the other axes are rows of one pitch (channels-last memory
 ///   presented as `[B, C, ...]`, what burn-cubecl convolutions return): the row kernel, output
 ///   in the same channels-last order;
-/// - a dense channels-first tensor (`[B, C, S...]` row-major): the channels kernel, output
-///   dense channels-first;
-/// - channels-first memory whose rows of the last axis lie at one pitch (CUDA's pitched
-///   allocations pad them): the channels kernel in place, see [`forward_pitched_channels`];
+/// - channels-first memory, dense or with the last axis's rows at one pitch (CUDA's pitched
+///   allocations pad them): the channels kernel in place, output dense channels-first
+///   ([`forward_channels_first`]);
 /// - any other layout: copied to dense channels-first first (documented copy).
 pub fn forward_dim(
     x: CubeTensor,
@@ -144,100 +143,59 @@ pub fn forward_dim(
     if let Some(rows) = moved.rows(&x) {
         return moved.restore(forward(rows, gamma, norm, activation));
     }
-    if let Some(out) = forward_pitched_channels(&x, &gamma, dim, norm, activation) {
-        return out;
-    }
-    let shape = x.shape();
-    let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
-    let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
-    let x = into_contiguous(x);
-    let gamma = into_contiguous(gamma);
-    let out =
-        empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape.clone(), x.dtype);
-    let batches: usize = (0..dim).map(|d| shape[d]).product();
-    let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
-    let problem = ChannelsProblem::dense(batches, shape[dim], positions);
-    launch_channels(
-        &x.client,
-        RowOperands {
-            x: x.handle.clone(),
-            gamma: gamma.handle.clone(),
-            x_type,
-            gamma_type,
-        },
-        out.handle.clone(),
-        problem,
-        norm,
-        activation,
-    )
-    .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
-    out
+    forward_channels_first(x, gamma, dim, norm, activation)
 }
 
-/// Channels-first `x` (`dim` before the last axis) whose last axis is contiguous and whose other
-/// axes are rows of one pitch wider than the last axis, as CUDA allocates `Tensor::from_data` of
-/// `[B, C, T, H, W]` when W's bytes are not a power of two: the channels kernel reads it in
-/// place, one launch per index of the axes before `dim`, each a problem whose batches are the
-/// rows between `dim` and the last axis (at the pitch) and whose positions are the last axis.
-/// The output is dense channels-first. `None` for any other layout.
-fn forward_pitched_channels(
-    x: &CubeTensor,
-    gamma: &CubeTensor,
+/// Channels-first `x` (`dim` before the last axis) through the channels kernel, the output dense
+/// channels-first. `x`'s rows of the last axis are read where they lie when they sit at one pitch
+/// (dense, or padded as CUDA allocates `Tensor::from_data` of `[B, C, T, H, W]` when W's bytes
+/// are not a power of two), else copied dense first ([`RowInputs`]). Dense rows are one launch
+/// over `[outer axes, C, the axes after C]`; padded rows one launch per index of the axes before
+/// `dim`, whose batches are the rows between `dim` and the last axis (at the pitch) and whose
+/// positions are the last axis.
+fn forward_channels_first(
+    x: CubeTensor,
+    gamma: CubeTensor,
     dim: usize,
     norm: NormParams,
     activation: Activation,
-) -> Option<CubeTensor> {
+) -> CubeTensor {
     let shape = x.shape();
-    let rank = shape.len();
-    let width = shape[rank - 1];
-    let pitch = match x.meta.is_tiled() {
-        false => row_pitch(x.meta.shape(), x.meta.strides()),
-        true => None,
-    };
-    // Dense memory takes the one-launch dense path.
-    let pitch = pitch.filter(|&p| p > width)?;
-    // Rows of the pitch in row-major order (`row_pitch` checked every axis longer than 1; the
-    // strides of size-1 axes are never used).
+    let rank = shape.num_dims();
+    let inputs = RowInputs::new(x, gamma);
+    let (width, pitch) = (inputs.problem.channels, inputs.problem.x_row_stride);
     let channels = shape[dim];
     let outer: usize = (0..dim).map(|d| shape[d]).product();
     let rows: usize = (dim + 1..rank - 1).map(|d| shape[d]).product();
-    let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
-    let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
-    let gamma = into_contiguous(gamma.clone());
+    let x = &inputs.x;
     let out =
         empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape.clone(), x.dtype);
-    let problem = ChannelsProblem {
-        batches: rows,
-        channels,
-        positions: width,
-        x_batch_stride: pitch,
-        x_channel_stride: rows * pitch,
-        out_batch_stride: width,
-        out_channel_stride: rows * width,
-    };
-    let x_outer = channels * rows * pitch;
-    for o in 0..outer {
-        let at = |handle: &rmsnorm_silu_kernels::cubecl::server::Handle, elements: usize| {
-            handle
-                .clone()
-                .offset_start((elements * x_type.size()) as u64)
+    let (launches, problem) = if pitch == width {
+        (1, ChannelsProblem::dense(outer, channels, rows * width))
+    } else {
+        let problem = ChannelsProblem {
+            batches: rows,
+            channels,
+            positions: width,
+            x_batch_stride: pitch,
+            x_channel_stride: rows * pitch,
+            out_batch_stride: width,
+            out_channel_stride: rows * width,
         };
-        launch_channels(
-            &x.client,
-            RowOperands {
-                x: at(&x.handle, o * x_outer),
-                gamma: gamma.handle.clone(),
-                x_type,
-                gamma_type,
-            },
-            at(&out.handle, o * channels * rows * width),
-            problem,
-            norm,
-            activation,
-        )
-        .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
+        (outer, problem)
+    };
+    let bytes = |elements: usize| (elements * inputs.x_type.size()) as u64;
+    for o in 0..launches {
+        let mut operands = inputs.operands();
+        let mut target = out.handle.clone();
+        if o > 0 {
+            operands.x = operands.x.offset_start(bytes(o * channels * rows * pitch));
+            target = target.offset_start(bytes(o * channels * rows * width));
+        }
+        launch_channels(&x.client, operands, target, problem, norm, activation)
+            .unwrap_or_else(|e| panic!("rms_norm_silu: {e} ({problem:?})"));
     }
-    Some(out)
+    out
 }
 
 /// Axis `dim` moved last in the metadata only (no data moves), and moved back.
