@@ -56,36 +56,10 @@ pub(crate) fn rows_backward(
     let shape = x.shape();
     let channels = shape[shape.num_dims() - 1];
     let rows = shape.num_elements() / channels;
-    let gd = into_contiguous(gamma.clone());
-    let (x_type, gamma_type) = (
-        elem_type(x.dtype, "rms_norm_silu: `x`"),
-        elem_type(gamma.dtype, "rms_norm_silu: `gamma`"),
-    );
-    let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), shape, x.dtype);
-    let dgamma = empty_device_contiguous_dtype(
-        gamma.client.clone(),
-        gamma.device.clone(),
-        gamma.shape(),
-        gamma.dtype,
-    );
-    launch_backward(
-        &x.client,
-        BackwardOperands {
-            x: x.handle.clone(),
-            gamma: gd.handle.clone(),
-            dy: dy.handle.clone(),
-            dx: dx.handle.clone(),
-            dgamma: dgamma.handle.clone(),
-            x_type,
-            gamma_type,
-        },
-        rows,
-        channels,
-        norm,
-        activation,
-    )
-    .ok()
-    .map(|()| (dx, dgamma))
+    let (operands, dx, dgamma) = gradient_operands(x, gamma, dy);
+    launch_backward(&x.client, operands, rows, channels, norm, activation)
+        .ok()
+        .map(|()| (dx, dgamma))
 }
 
 /// The backward over an axis other than the last, without moving data where the layout
@@ -114,45 +88,50 @@ pub(crate) fn backward_dim(
         let (dx, dgamma) = rows_backward(&xr, gamma, &dyr, norm, activation)?;
         return Some((moved.restore(dx), dgamma));
     }
-    let (x_type, gamma_type) = (
-        elem_type(x.dtype, "rms_norm_silu: `x`"),
-        elem_type(gamma.dtype, "rms_norm_silu: `gamma`"),
-    );
+    let dense = |t: &CubeTensor| t.is_contiguous() && !t.meta.is_tiled();
+    if !(dense(x) && dense(dy)) {
+        return None;
+    }
+    let (operands, dx, dgamma) = gradient_operands(x, gamma, dy);
+    let batches: usize = (0..dim).map(|d| shape[d]).product();
+    let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
+    launch_channels_backward(
+        &x.client,
+        operands,
+        ChannelsProblem::dense(batches, channels, positions),
+        norm,
+        activation,
+        None,
+    )
+    .ok()
+    .map(|()| (dx, dgamma))
+}
+
+/// The backward kernels' view of `x`, `gamma` (made contiguous), `dy` and of new dense `dx` (in
+/// `x`'s shape) and `dgamma` (in `gamma`'s), which it returns as well.
+fn gradient_operands(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    dy: &CubeTensor,
+) -> (BackwardOperands, CubeTensor, CubeTensor) {
+    let x_type = elem_type(x.dtype, "rms_norm_silu: `x`");
+    let gamma_type = elem_type(gamma.dtype, "rms_norm_silu: `gamma`");
     let gd = into_contiguous(gamma.clone());
+    let dx = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), x.shape(), x.dtype);
     let dgamma = empty_device_contiguous_dtype(
         gamma.client.clone(),
         gamma.device.clone(),
         gamma.shape(),
         gamma.dtype,
     );
-    if x.is_contiguous() && dy.is_contiguous() && !x.meta.is_tiled() && !dy.meta.is_tiled() {
-        let dx = empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            shape.clone(),
-            x.dtype,
-        );
-        let batches: usize = (0..dim).map(|d| shape[d]).product();
-        let positions: usize = (dim + 1..rank).map(|d| shape[d]).product();
-        let launched = launch_channels_backward(
-            &x.client,
-            BackwardOperands {
-                x: x.handle.clone(),
-                gamma: gd.handle.clone(),
-                dy: dy.handle.clone(),
-                dx: dx.handle.clone(),
-                dgamma: dgamma.handle.clone(),
-                x_type,
-                gamma_type,
-            },
-            ChannelsProblem::dense(batches, channels, positions),
-            norm,
-            activation,
-            None,
-        );
-        if launched.is_ok() {
-            return Some((dx, dgamma));
-        }
-    }
-    None
+    let operands = BackwardOperands {
+        x: x.handle.clone(),
+        gamma: gd.handle.clone(),
+        dy: dy.handle.clone(),
+        dx: dx.handle.clone(),
+        dgamma: dgamma.handle.clone(),
+        x_type,
+        gamma_type,
+    };
+    (operands, dx, dgamma)
 }
