@@ -63,6 +63,19 @@ impl GradientBuffers {
         }
     }
 
+    /// The kernels' view of the five buffers, all of `dtype`.
+    pub fn operands(&self, dtype: DType) -> BackwardOperands {
+        BackwardOperands {
+            x: self.x.handle.clone(),
+            gamma: self.gamma.handle.clone(),
+            dy: self.dy.handle.clone(),
+            dx: self.dx.handle.clone(),
+            dgamma: self.dgamma.handle.clone(),
+            x_type: elem(dtype),
+            gamma_type: elem(dtype),
+        }
+    }
+
     /// (dx, dgamma) as written by the kernel.
     pub fn gradients(self) -> (Vec<f64>, Vec<f64>) {
         (download(self.dx), download(self.dgamma))
@@ -85,15 +98,7 @@ pub fn fused_gradients_with(
     let b = GradientBuffers::upload(x, gamma, w, vec![rows, channels], dtype, &cube_device());
     launch_backward_with(
         &b.x.client,
-        BackwardOperands {
-            x: b.x.handle.clone(),
-            gamma: b.gamma.handle.clone(),
-            dy: b.dy.handle.clone(),
-            dx: b.dx.handle.clone(),
-            dgamma: b.dgamma.handle.clone(),
-            x_type: elem(dtype),
-            gamma_type: elem(dtype),
-        },
+        b.operands(dtype),
         rows,
         channels,
         norm,
@@ -450,15 +455,7 @@ fn default_backward_runs_where_prefetch_cannot() {
     let b = GradientBuffers::upload(&x, &gamma, &w, vec![rows, channels], DType::BF16, &device);
     launch_backward(
         &b.x.client,
-        BackwardOperands {
-            x: b.x.handle.clone(),
-            gamma: b.gamma.handle.clone(),
-            dy: b.dy.handle.clone(),
-            dx: b.dx.handle.clone(),
-            dgamma: b.dgamma.handle.clone(),
-            x_type: elem(DType::BF16),
-            gamma_type: elem(DType::BF16),
-        },
+        b.operands(DType::BF16),
         rows,
         channels,
         norm,

@@ -204,18 +204,9 @@ fn backward_into(
     norm: NormParams,
     config: Option<rmsnorm_silu_kernels::channels::ChannelsConfig>,
 ) -> Result<(), rmsnorm_silu_kernels::KernelError> {
-    use crate::kernel_knobs::elem;
     rmsnorm_silu_kernels::channels::launch_channels_backward(
         &b.x.client,
-        rmsnorm_silu_kernels::backward::BackwardOperands {
-            x: b.x.handle.clone(),
-            gamma: b.gamma.handle.clone(),
-            dy: b.dy.handle.clone(),
-            dx: b.dx.handle.clone(),
-            dgamma: b.dgamma.handle.clone(),
-            x_type: elem(dtype),
-            gamma_type: elem(dtype),
-        },
+        b.operands(dtype),
         rmsnorm_silu_kernels::channels::ChannelsProblem::dense(batches, channels, positions),
         norm,
         Activation::Silu,
