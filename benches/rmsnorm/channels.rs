@@ -150,18 +150,20 @@ pub(crate) fn channels(timer: &mut Timer, device: &Device, args: &Args) {
         let dgamma = client.empty(c * 2);
         let (src, dst) = (client.empty(n * 3), client.empty(n * 3));
         let copy3 = median(&timer.time(2, 50, || timer.copy(&src, &dst, n * 3)));
+        // The same buffers for the channels-first and the row backward.
+        let operands = burn_rmsnorm_silu::kernels::backward::BackwardOperands {
+            x: x.clone(),
+            gamma: gamma.clone(),
+            dy: dy.clone(),
+            dx: out.clone(),
+            dgamma: dgamma.clone(),
+            x_type: BF16,
+            gamma_type: BF16,
+        };
         let launch_backward = |cfg: Option<ChannelsConfig>| {
             launch_channels_backward(
                 &client,
-                burn_rmsnorm_silu::kernels::backward::BackwardOperands {
-                    x: x.clone(),
-                    gamma: gamma.clone(),
-                    dy: dy.clone(),
-                    dx: out.clone(),
-                    dgamma: dgamma.clone(),
-                    x_type: BF16,
-                    gamma_type: BF16,
-                },
+                operands.clone(),
                 ChannelsProblem::dense(b, c, positions),
                 norm,
                 Activation::Silu,
@@ -200,15 +202,7 @@ pub(crate) fn channels(timer: &mut Timer, device: &Device, args: &Args) {
         let rows_backward = median(&timer.time(2, 50, || {
             burn_rmsnorm_silu::kernels::backward::launch_backward(
                 &client,
-                burn_rmsnorm_silu::kernels::backward::BackwardOperands {
-                    x: x.clone(),
-                    gamma: gamma.clone(),
-                    dy: dy.clone(),
-                    dx: out.clone(),
-                    dgamma: dgamma.clone(),
-                    x_type: BF16,
-                    gamma_type: BF16,
-                },
+                operands.clone(),
                 b * positions,
                 c,
                 norm,
