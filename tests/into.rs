@@ -101,6 +101,9 @@ fn shared_and_strided_targets_keep_their_meaning() {
     let gamma = round_to(&uniform(&mut rng, 16, 0.5, 2.0), DType::F32);
     let into = tensor(&vec![POISON; n], shape, DType::F32, &device);
     let other_owner = into.clone();
+    // Frames 2..5 of each target hold the new 3 frames; the rest keep their poison.
+    let check_target =
+        |got: Tensor<5>, what: &str| check(&values(got), &x, &gamma, shape, 3, 2, DType::F32, what);
     let run = |into: Tensor<5>| {
         rms_norm_silu_into(
             tensor(&x, [1, 3, 2, 3, 16], DType::F32, &device),
@@ -112,16 +115,7 @@ fn shared_and_strided_targets_keep_their_meaning() {
         )
     };
     let out = run(into);
-    check(
-        &values(out),
-        &x,
-        &gamma,
-        shape,
-        3,
-        2,
-        DType::F32,
-        "shared target",
-    );
+    check_target(out, "shared target");
     assert_eq!(
         values(other_owner),
         vec![POISON; n],
@@ -131,16 +125,7 @@ fn shared_and_strided_targets_keep_their_meaning() {
     // [1, 5, 2, 3, 16] as a permuted view of [1, 16, 5, 2, 3] memory.
     let stored = tensor(&vec![POISON; n], [1, 16, 5, 2, 3], DType::F32, &device);
     let out = run(stored.permute([0, 2, 3, 4, 1]));
-    check(
-        &values(out),
-        &x,
-        &gamma,
-        shape,
-        3,
-        2,
-        DType::F32,
-        "permuted target",
-    );
+    check_target(out, "permuted target");
 
     // A target sliced from wider rows (the first 16 of each row of a [1, 5, 2, 3, 24] buffer):
     // rows at a pitch, as CUDA allocates rows whose width is not a power of two bytes, written
@@ -152,16 +137,7 @@ fn shared_and_strided_targets_keep_their_meaning() {
         &device,
     );
     let out = run(stored.slice(s![.., .., .., .., 0..16]));
-    check(
-        &values(out),
-        &x,
-        &gamma,
-        shape,
-        3,
-        2,
-        DType::F32,
-        "pitched target",
-    );
+    check_target(out, "pitched target");
 }
 
 #[test]
