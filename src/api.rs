@@ -111,13 +111,19 @@ pub(crate) fn over_last_axis<const D: usize>(
     if dim + 1 == D {
         return (x, options, None);
     }
-    let mut order = [0; D];
-    let mut back = [0; D];
-    for (i, d) in (0..D).filter(|&d| d != dim).chain([dim]).enumerate() {
-        order[i] = d;
+    let (order, back) = axis_last_permutation(D, dim);
+    let array = |v: Vec<usize>| <[usize; D]>::try_from(v).expect("a permutation of D axes");
+    (x.permute(array(order)), options, Some(array(back)))
+}
+
+/// The axis order that moves `dim` last (the other axes in their order) and its inverse.
+pub(crate) fn axis_last_permutation(rank: usize, dim: usize) -> (Vec<usize>, Vec<usize>) {
+    let order: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
+    let mut back = vec![0; rank];
+    for (i, &d) in order.iter().enumerate() {
         back[d] = i;
     }
-    (x.permute(order), options, Some(back))
+    (order, back)
 }
 
 /// A result of [`over_last_axis`]'s view presented in the input's axis order again.
@@ -169,8 +175,9 @@ pub fn rms_norm_silu_with<const D: usize>(
 ///
 /// Where the slice is one contiguous block of `into` (every axis before `dim` has length 1,
 /// e.g. frames of a `[1, T, H, W, C]` video), CubeCL backends write it in place when `into` is
-/// not shared and its rows are dense or at a fixed pitch (as CUDA allocates them): a causal convolution's input buffer gets its new frames behind the cached ones
-/// without a concatenation. Otherwise the result is the same, through a slice assignment.
+/// not shared and its rows are dense or at a fixed pitch (as CUDA allocates them): a causal
+/// convolution's input buffer gets its new frames behind the cached ones without a
+/// concatenation. Otherwise the result is the same, through a slice assignment.
 ///
 /// # Panics
 /// As [`rms_norm_silu`], and when `dim` is the last axis or not an axis, `into` differs from
@@ -238,10 +245,11 @@ pub fn rms_norm_silu_into<const D: usize>(
 }
 
 /// The op over axis `dim` of `x` instead of the last one (`options.dim` is not read): e.g.
-/// `dim = 1`, the channel axis of `[B, C, T, H, W]` (the Wan VAE's norm with [`RmsNormSiluOptions::wan`]). Reads channels-last
-/// memory presented as `[B, C, ...]` (what burn-cubecl convolutions return) and dense
-/// channels-first tensors in place; any other layout is copied first. The output has the
-/// input's layout in both of those cases.
+/// `dim = 1`, the channel axis of `[B, C, T, H, W]` (the Wan VAE's norm with
+/// [`RmsNormSiluOptions::wan`]). Reads in place channels-last memory presented as `[B, C, ...]`
+/// (what burn-cubecl convolutions return; the output keeps that layout) and channels-first
+/// tensors, dense or with the rows CUDA pads (the output dense channels-first); any other layout
+/// is copied first.
 ///
 /// # Panics
 /// As [`rms_norm_silu`], and when `dim >= D`.

@@ -206,11 +206,7 @@ struct DimLast {
 
 impl DimLast {
     fn new(rank: usize, dim: usize) -> Self {
-        let axes: Vec<usize> = (0..rank).filter(|&d| d != dim).chain([dim]).collect();
-        let mut inverse = vec![0; rank];
-        for (i, &a) in axes.iter().enumerate() {
-            inverse[a] = i;
-        }
+        let (axes, inverse) = crate::api::axis_last_permutation(rank, dim);
         Self { axes, inverse }
     }
 
