@@ -27,6 +27,10 @@ fn every_channels_backward_config_on_many_tiles_and_wide_rows() {
     prefetch_of_two_byte_vectors_is_refused();
 }
 
+/// The most channels a unit of a sampled launch shape keeps on a GPU (see
+/// [`channels_backward_configs`]).
+const GPU_CHANNELS_PER_UNIT: usize = 48;
+
 /// The channels-first backward of `problems` (`[batches, C, S]`) on the device's default launch
 /// shape and on a sample of launch shapes of every kind, against the row backward.
 fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
@@ -52,7 +56,9 @@ fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
         (2, 32),
     ];
     // Every case compiles its kernels: on a GPU a seeded sample covering every problem, launch
-    // shape, vector cap, prefetch and tile mode.
+    // shape, vector cap, prefetch and tile mode, of the cases whose units keep at most
+    // `GPU_CHANNELS_PER_UNIT` channels (a unit's channels are unrolled: NVRTC takes minutes over
+    // one unit of 192; the wide units run on the CPU runtime and as each problem's default).
     let case_key = |p: usize, k: usize| {
         let (pu, cg) = shapes[k];
         format!(
@@ -65,6 +71,9 @@ fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
     let keep = sampled_keys(
         (0..problems.len())
             .flat_map(|p| (0..shapes.len()).map(move |k| (p, k)))
+            .filter(|&(p, k)| {
+                !on_gpu() || problems[p].1.div_ceil(shapes[k].1 as usize) <= GPU_CHANNELS_PER_UNIT
+            })
             .map(|(p, k)| case_key(p, k))
             .collect(),
         8,

@@ -9,6 +9,9 @@ use crate::common::*;
 /// The cuDNN engine's C values (Wan2.2 widths) and the Wan2.1 widths.
 const CUDNN_CHANNELS: [usize; 8] = [64, 128, 160, 256, 320, 512, 640, 1024];
 const WAN21_CHANNELS: [usize; 3] = [96, 192, 384];
+/// Channel counts that divide no vector width, tiny to above the register cache (two tests, f32
+/// and bf16, so that a parallel suite compiles their kernels side by side).
+const ODD_CHANNEL_COUNTS: [usize; 10] = [1, 2, 3, 7, 33, 48, 100, 1000, 1027, 4100];
 /// The cuDNN engine's token counts.
 const CUDNN_TOKENS: [usize; 5] = [1560, 6240, 24960, 99840, 399360];
 
@@ -34,14 +37,25 @@ fn check_cudnn_recipe(rows: usize, channels: usize, device: &Device, test: &str)
 }
 
 #[test]
-fn bf16_cudnn_recipe_on_cudnn_and_wan_widths() {
+fn bf16_cudnn_recipe_on_cudnn_widths() {
+    bf16_cudnn_recipe_on(&CUDNN_CHANNELS);
+}
+
+#[test]
+fn bf16_cudnn_recipe_on_wan_widths() {
+    bf16_cudnn_recipe_on(&WAN21_CHANNELS);
+}
+
+/// The cuDNN recipe in bf16 over `widths`, on three row counts (the two width sets are two
+/// tests, so that a parallel suite compiles their kernels side by side).
+fn bf16_cudnn_recipe_on(widths: &[usize]) {
     let device = device();
     let rows = if on_gpu() {
         [1560, 6240, 24960]
     } else {
         [1, 5, 64]
     };
-    for channels in CUDNN_CHANNELS.into_iter().chain(WAN21_CHANNELS) {
+    for &channels in widths {
         for rows in rows {
             check_cudnn_recipe(rows, channels, &device, "bf16_cudnn_recipe");
         }
@@ -96,10 +110,17 @@ fn f32_within_1e5_relative() {
 }
 
 #[test]
-fn odd_channel_counts() {
+fn odd_channel_counts_in_f32() {
     let device = device();
-    for channels in [1, 2, 3, 7, 33, 48, 100, 1000, 1027, 4100] {
+    for channels in ODD_CHANNEL_COUNTS {
         check_f32(3, channels, &device);
+    }
+}
+
+#[test]
+fn odd_channel_counts_in_bf16() {
+    let device = device();
+    for channels in ODD_CHANNEL_COUNTS {
         check_cudnn_recipe(3, channels, &device, "odd_channel_counts");
     }
 }

@@ -25,3 +25,4 @@ mod nvfp4;
 mod properties;
 mod quantized_axes;
 mod timing;
+mod upstream;
