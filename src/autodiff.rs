@@ -91,6 +91,20 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
         (q, <Self as AutodiffBackend>::from_inner(amax))
     }
 
+    fn rms_norm_silu_fp8_device_scale(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        norm: NormParams,
+        activation: Activation,
+    ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        let (scale, _) = scale.into_parts();
+        let (q, amax) = B::rms_norm_silu_fp8_device_scale(x, gamma, scale, norm, activation);
+        (q, <Self as AutodiffBackend>::from_inner(amax))
+    }
+
     fn rms_norm_silu_nvfp4(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

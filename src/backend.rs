@@ -104,6 +104,31 @@ pub trait RmsNormSiluBackend: Backend {
         crate::formats::unsupported_fp8::<Self, _>(x, gamma, norm, activation, scale)
     }
 
+    /// [`Self::rms_norm_silu_fp8_amax`] with the quantisation scale on the device: `scale` is
+    /// a one-element f32 tensor the kernel reads, and the quantised tensor's decode scale
+    /// `1 / scale` is written on the device too, so a delayed-scaling loop (this step's scale
+    /// from earlier steps' amax) never waits for the host.
+    #[fusion(meta = |x, _gamma, _scale, _norm, _activation| (
+        burn::backend::fusion::custom::TensorSpec::new(
+            x.shape.clone(),
+            burn::tensor::DType::QFloat(crate::formats::fp8_scheme()),
+        ),
+        burn::backend::fusion::custom::TensorSpec::new(
+            burn::tensor::Shape::new([1]),
+            burn::tensor::DType::F32,
+        ),
+    ))]
+    fn rms_norm_silu_fp8_device_scale(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        norm: NormParams,
+        activation: Activation,
+    ) -> (QuantizedTensor<Self>, FloatTensor<Self>) {
+        let _ = scale;
+        crate::formats::unsupported_fp8::<Self, _>(x, gamma, norm, activation, 1.0)
+    }
+
     /// The op over the last axis written as NVFP4 (`crate::nvfp4`): E2M1 values, E4M3 scales
     /// per block of 16, per-tensor decode scale `1 / s_enc` (1 with the cuDNN recipe), as a quantised
     /// tensor. CubeCL backends quantise inside the fused kernel; others refuse.

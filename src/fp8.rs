@@ -80,6 +80,78 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     )
 }
 
+/// [`rms_norm_silu_fp8_amax`] with the scale as a one-element f32 tensor on `x`'s device:
+/// TransformerEngine's delayed scaling without a host round trip. The kernel reads the scale,
+/// writes the codes `sat_RN_e4m3(y * scale)` and the quantised tensor's decode scale
+/// `1 / scale` on the device, and returns `amax = max |y|` for the next step's scale
+/// ([`fp8_scale_from_amax`]). The scale's value is not checked (that would need the host): a
+/// scale that is not finite and positive gives the codes the formula gives.
+///
+/// ```
+/// use burn::tensor::{Device, Distribution, Tensor};
+/// use burn_rmsnorm_silu::{RmsNormSiluOptions, fp8_scale_from_amax, rms_norm_silu_fp8_delayed};
+///
+/// let device = Device::cpu();
+/// let gamma = Tensor::<1>::ones([64], &device);
+/// let mut scale = Tensor::<1>::from_floats([1.0], &device);
+/// for _step in 0..3 {
+///     let x = Tensor::<2>::random([8, 64], Distribution::Normal(0.0, 1.0), &device);
+///     let (codes, amax) = rms_norm_silu_fp8_delayed(x, gamma.clone(), RmsNormSiluOptions::rms(1e-6), scale.clone());
+///     // ... codes feed an FP8 consumer; the next step's scale stays on the device:
+///     scale = fp8_scale_from_amax(amax, scale, 0);
+///     assert_eq!(codes.dims(), [8, 64]);
+/// }
+/// ```
+///
+/// # Panics
+/// As [`rms_norm_silu_fp8_with`], and when `scale` is not one f32 element on `x`'s device.
+pub fn rms_norm_silu_fp8_delayed<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    scale: Tensor<1>,
+) -> (Tensor<D>, Tensor<1>) {
+    let (x, options, back) = over_last_axis(x, options);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, 1.0);
+    let (dims, dtype, device) = (scale.dims(), scale.dtype(), scale.device());
+    assert!(
+        dims == [1] && dtype == burn::tensor::DType::F32,
+        "rms_norm_silu_fp8_delayed: `scale` must be one f32 element, got shape {dims:?} of {dtype:?}"
+    );
+    assert!(
+        device == x.device(),
+        "rms_norm_silu_fp8_delayed: `scale` must be on the device of `x` ({:?}), got {device:?}",
+        x.device()
+    );
+    let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_device_scale(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        scale.into_dispatch(),
+        params,
+        activation,
+    );
+    (
+        restore_axis(Tensor::from_dispatch(q), back),
+        Tensor::from_dispatch(amax),
+    )
+}
+
+/// The largest finite E4M3 value.
+pub const E4M3_MAX: f32 = 448.0;
+
+/// The next delayed-scaling scale from a step's `amax`: `E4M3_MAX / amax / 2^margin`, so the
+/// largest `|y|` lands `margin` binades below E4M3's largest value; where `amax` is 0 or not
+/// finite (an all-zero or overflowing step) the `previous` scale is kept. Burn ops on the
+/// device: no host round trip.
+pub fn fp8_scale_from_amax(amax: Tensor<1>, previous: Tensor<1>, margin: u32) -> Tensor<1> {
+    let target = E4M3_MAX / 2f32.powi(margin as i32);
+    let usable = amax
+        .clone()
+        .greater_elem(0.0)
+        .bool_and(amax.clone().is_finite());
+    (amax.recip() * target).mask_where(usable.bool_not(), previous)
+}
+
 /// Checks the arguments of the FP8 entry points (panicking with a message naming the bad one)
 /// and returns the kernel's norm parameters and the activation.
 fn fp8_arguments<const D: usize>(

@@ -57,13 +57,16 @@ pub use conv::{
     conv3d_channels_last_phases, fold_upsample2x_weights,
 };
 pub use formats::{fp8_scheme, nvfp4_scheme};
-pub use fp8::{rms_norm_silu_fp8, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
+pub use fp8::{
+    E4M3_MAX, fp8_scale_from_amax, rms_norm_silu_fp8, rms_norm_silu_fp8_amax,
+    rms_norm_silu_fp8_delayed, rms_norm_silu_fp8_with,
+};
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use nvfp4::{
     Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
     rms_norm_silu_nvfp4_with,
 };
-pub use output::{Normalized, OutputFormat, rms_norm_silu_as};
+pub use output::{Fp8Scale, Normalized, OutputFormat, rms_norm_silu_as};
 pub use rmsnorm_silu_kernels as kernels;
 pub use rmsnorm_silu_kernels::Activation;
 

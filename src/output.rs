@@ -4,19 +4,29 @@
 use burn::tensor::Tensor;
 
 use crate::api::{RmsNormSiluOptions, rms_norm_silu_with};
-use crate::fp8::{rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with};
+use crate::fp8::{rms_norm_silu_fp8_amax, rms_norm_silu_fp8_delayed, rms_norm_silu_fp8_with};
 use crate::nvfp4::{
     Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,
 };
 
+/// Where an FP8 output's quantisation scale lives.
+#[derive(Clone, Debug)]
+pub enum Fp8Scale {
+    /// A host value (checked: finite and > 0).
+    Host(f32),
+    /// One f32 element on `x`'s device, read by the kernel (delayed scaling without a host
+    /// round trip; see [`crate::rms_norm_silu_fp8_delayed`]).
+    Device(Tensor<1>),
+}
+
 /// What [`rms_norm_silu_as`] writes.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum OutputFormat {
     /// `x`'s dtype.
     Input,
     /// FP8 E4M3 codes `sat_RN_e4m3(y * scale)` as a `QFloat` tensor whose `dequantize()` gives
     /// `q / scale`; with `amax`, also `max |y|` (delayed scaling).
-    Fp8 { scale: f32, amax: bool },
+    Fp8 { scale: Fp8Scale, amax: bool },
     /// NVFP4 as a `QFloat` tensor.
     Nvfp4 { scaling: Nvfp4Scaling },
     /// NVFP4 as raw parts for a block-scaled GEMM, the scales in `layout`.
@@ -51,7 +61,8 @@ impl<const D: usize> Normalized<D> {
 
 /// The op with `options` (norm, activation, axis) written in `format`: the one entry point
 /// behind [`crate::rms_norm_silu_with`], [`crate::rms_norm_silu_fp8_with`],
-/// [`crate::rms_norm_silu_fp8_amax`], [`crate::rms_norm_silu_nvfp4_with`] and
+/// [`crate::rms_norm_silu_fp8_amax`], [`crate::rms_norm_silu_fp8_delayed`],
+/// [`crate::rms_norm_silu_nvfp4_with`] and
 /// [`crate::rms_norm_silu_nvfp4_parts`], which it calls.
 ///
 /// # Panics
@@ -65,12 +76,27 @@ pub fn rms_norm_silu_as<const D: usize>(
 ) -> Normalized<D> {
     match format {
         OutputFormat::Input => Normalized::Tensor(rms_norm_silu_with(x, gamma, options)),
-        OutputFormat::Fp8 { scale, amax: false } => {
-            Normalized::Tensor(rms_norm_silu_fp8_with(x, gamma, options, scale))
-        }
-        OutputFormat::Fp8 { scale, amax: true } => {
+        OutputFormat::Fp8 {
+            scale: Fp8Scale::Host(scale),
+            amax: false,
+        } => Normalized::Tensor(rms_norm_silu_fp8_with(x, gamma, options, scale)),
+        OutputFormat::Fp8 {
+            scale: Fp8Scale::Host(scale),
+            amax: true,
+        } => {
             let (values, amax) = rms_norm_silu_fp8_amax(x, gamma, options, scale);
             Normalized::Fp8WithAmax { values, amax }
+        }
+        OutputFormat::Fp8 {
+            scale: Fp8Scale::Device(scale),
+            amax,
+        } => {
+            let (values, max) = rms_norm_silu_fp8_delayed(x, gamma, options, scale);
+            if amax {
+                Normalized::Fp8WithAmax { values, amax: max }
+            } else {
+                Normalized::Tensor(values)
+            }
         }
         OutputFormat::Nvfp4 { scaling } => {
             Normalized::Tensor(rms_norm_silu_nvfp4_with(x, gamma, options, scaling))

@@ -16,6 +16,7 @@ mod edge_cases;
 mod errors;
 mod forward;
 mod fp8;
+mod fp8_delayed;
 mod fp8_mma;
 mod fusion;
 mod into;

@@ -5,7 +5,7 @@
 
 use burn::tensor::{DType, Tensor};
 use burn_rmsnorm_silu::{
-    Activation, Normalized, Nvfp4Scaling, OutputFormat, RmsNormSiluOptions, ScaleLayout,
+    Activation, Fp8Scale, Normalized, Nvfp4Scaling, OutputFormat, RmsNormSiluOptions, ScaleLayout,
     rms_norm_silu_as, rms_norm_silu_fp8_amax, rms_norm_silu_fp8_with, rms_norm_silu_nvfp4_parts,
     rms_norm_silu_nvfp4_with, rms_norm_silu_with,
 };
@@ -151,13 +151,13 @@ fn one_entry_point_for_every_format() {
     );
 
     let fp8 = OutputFormat::Fp8 {
-        scale: 2.0,
+        scale: Fp8Scale::Host(2.0),
         amax: false,
     };
     let want = values(rms_norm_silu_fp8_with(xt(), gt(), options, 2.0).dequantize());
     assert_eq!(dequantized(run(fp8)), want, "FP8");
     let Normalized::Fp8WithAmax { values: q, amax } = run(OutputFormat::Fp8 {
-        scale: 2.0,
+        scale: Fp8Scale::Host(2.0),
         amax: true,
     }) else {
         panic!("FP8 with amax returns the codes and amax")

@@ -27,32 +27,62 @@ pub(crate) fn time_burn_composed(
     median(&timer.time(3, 20, || drop(composed())))
 }
 
-/// End-to-end time of one `rms_norm_silu` call through the Burn API (host clock, warm L2,
-/// including dispatch and the sync).
-pub(crate) fn time_end_to_end(device: &Device, rows: usize, channels: usize) -> f64 {
+/// One `rms_norm_silu` call through the Burn API, timed three ways on the host clock (warm L2).
+pub(crate) struct ApiTimes {
+    /// One call between two syncs: dispatch, selection, launch and the sync's round trip.
+    pub synced: f64,
+    /// Per call of 20 calls between two syncs: what a model pays per call when calls queue
+    /// (the larger of the kernels' time and the host's).
+    pub per_call: f64,
+    /// Host time per call of those 20 before the sync: dispatch, argument checks, knob
+    /// selection and the launch itself.
+    pub host: f64,
+}
+
+/// [`ApiTimes`] of `rms_norm_silu` on a `[rows, channels]` bf16 tensor.
+pub(crate) fn time_api(device: &Device, rows: usize, channels: usize) -> ApiTimes {
     let x = Tensor::<2>::random([rows, channels], Distribution::Normal(5.0, 5.0), device)
         .cast(DType::BF16);
     let gamma =
         Tensor::<1>::random([channels], Distribution::Uniform(0.5, 2.0), device).cast(DType::BF16);
     let eps = 1e-6 / channels as f32;
-    let mut times = Vec::new();
+    let mut synced = Vec::new();
     for i in 0..60 {
         device.sync().expect("sync");
         let start = Instant::now();
         let y = rms_norm_silu(x.clone(), gamma.clone(), eps);
         device.sync().expect("sync");
         if i >= 10 {
-            times.push(start.elapsed().as_secs_f64() * 1e6);
+            synced.push(start.elapsed().as_secs_f64() * 1e6);
         }
         drop(y);
     }
-    median(&times)
+    const CALLS: usize = 20;
+    let (mut per_call, mut host) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        device.sync().expect("sync");
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            drop(rms_norm_silu(x.clone(), gamma.clone(), eps));
+        }
+        let issued = start.elapsed().as_secs_f64();
+        device.sync().expect("sync");
+        if i >= 2 {
+            host.push(issued * 1e6 / CALLS as f64);
+            per_call.push(start.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+        }
+    }
+    ApiTimes {
+        synced: median(&synced),
+        per_call: median(&per_call),
+        host: median(&host),
+    }
 }
 
 pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     let client = timer.client.clone();
     let mut csv = String::from(
-        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us\n",
+        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us,api_per_call_us,api_host_us\n",
     );
     let mut shapes: Vec<(usize, usize)> = Vec::new();
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
@@ -62,7 +92,7 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         }
     }
     println!(
-        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9}",
+        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7}",
         "C",
         "T",
         "knobs",
@@ -73,7 +103,9 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         "GB/s",
         "burn_us",
         "e2e_us",
-        "copy4_us"
+        "copy4_us",
+        "api_us",
+        "host_us"
     );
     for (channels, rows) in shapes {
         let b = Buffers::new(timer, rows, channels);
@@ -91,11 +123,8 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         let bytes = b.bytes();
         drop(b);
         let burn = time_burn_composed(timer, device, rows, channels);
-        let e2e = if rows <= 6240 {
-            time_end_to_end(device, rows, channels)
-        } else {
-            f64::NAN
-        };
+        let api = time_api(device, rows, channels);
+        let e2e = api.synced;
         let source = match source {
             KnobSource::Environment => "env",
             KnobSource::Lut(burn_rmsnorm_silu::kernels::lut::Match::Exact) => "lut",
@@ -105,18 +134,22 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         };
         writeln!(
             csv,
-            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2}",
+            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2},{:.2},{:.2}",
             kernel / copy,
             bytes / kernel / 1e3,
             bytes / copy / 1e3,
-            burn / kernel
+            burn / kernel,
+            api.per_call,
+            api.host
         )
         .unwrap();
         println!(
-            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2}",
+            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2} {:8.2} {:7.2}",
             knobs.to_string(),
             kernel / copy,
-            bytes / kernel / 1e3
+            bytes / kernel / 1e3,
+            api.per_call,
+            api.host
         );
     }
     write_file(args, "bench.csv", &csv);

@@ -129,6 +129,8 @@ fn main() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
+        ComptimeOptionCompilationArg::None,
+        ComptimeOptionCompilationArg::None,
         (),
         (),
         (),

@@ -24,3 +24,24 @@ pub fn write_f32(client: &Client, handle: Handle, value: f32) {
         );
     }
 }
+
+#[cube(launch_unchecked)]
+fn rms_norm_reciprocal(scale: &[f32], out: &mut [f32]) {
+    if ABSOLUTE_POS == 0 {
+        out[0] = 1.0f32 / scale[0];
+    }
+}
+
+/// Writes `1 / scale[0]` into the first f32 of `out`, both on the device (the decode scale of a
+/// quantised tensor whose quantisation scale is a device value).
+pub fn launch_reciprocal(client: &Client, scale: Handle, out: Handle) {
+    unsafe {
+        rms_norm_reciprocal::launch_unchecked(
+            client,
+            CubeCount::new_1d(1),
+            CubeDim::new_1d(1),
+            BufferArg::from_raw_parts(scale, 1),
+            BufferArg::from_raw_parts(out, 1),
+        );
+    }
+}

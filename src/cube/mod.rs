@@ -9,13 +9,13 @@ use burn_cubecl::{
 use rmsnorm_silu_kernels::backward::{BackwardOperands, launch_backward};
 use rmsnorm_silu_kernels::channels::{ChannelsProblem, launch_channels, launch_channels_backward};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
-use rmsnorm_silu_kernels::cubecl::server::MemoryLayoutStrategy;
-use rmsnorm_silu_kernels::forward::{OutputTarget, launch_forward_to};
+use rmsnorm_silu_kernels::cubecl::server::{Handle, MemoryLayoutStrategy};
+use rmsnorm_silu_kernels::forward::{DeviceScale, OutputTarget, launch_forward_to};
 use rmsnorm_silu_kernels::nvfp4::{
     Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
 };
 use rmsnorm_silu_kernels::params::Output;
-use rmsnorm_silu_kernels::quant::write_f32;
+use rmsnorm_silu_kernels::quant::{launch_reciprocal, write_f32};
 use rmsnorm_silu_kernels::select::{pick_vector_size, select_output_knobs_with_source};
 use rmsnorm_silu_kernels::{Activation, NormParams, RowOperands, RowsProblem};
 
@@ -25,7 +25,7 @@ mod backward;
 mod quantized;
 
 pub use backward::backward;
-pub use quantized::{forward_fp8, forward_nvfp4, forward_nvfp4_parts};
+pub use quantized::{KernelScale, forward_fp8, forward_nvfp4, forward_nvfp4_parts};
 
 impl RmsNormSiluBackend for CubeBackend {
     fn rms_norm_silu(
@@ -65,7 +65,7 @@ impl RmsNormSiluBackend for CubeBackend {
         activation: Activation,
         scale: f32,
     ) -> CubeTensor {
-        forward_fp8(x, gamma, norm, activation, scale, None)
+        forward_fp8(x, gamma, norm, activation, KernelScale::Host(scale), None)
     }
 
     fn rms_norm_silu_fp8_amax(
@@ -81,7 +81,38 @@ impl RmsNormSiluBackend for CubeBackend {
             burn::tensor::Shape::new([1]),
             DType::F32,
         );
-        let q = forward_fp8(x, gamma, norm, activation, scale, Some(amax.handle.clone()));
+        let q = forward_fp8(
+            x,
+            gamma,
+            norm,
+            activation,
+            KernelScale::Host(scale),
+            Some(amax.handle.clone()),
+        );
+        (q, amax)
+    }
+
+    fn rms_norm_silu_fp8_device_scale(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        scale: CubeTensor,
+        norm: NormParams,
+        activation: Activation,
+    ) -> (CubeTensor, CubeTensor) {
+        let amax = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            burn::tensor::Shape::new([1]),
+            DType::F32,
+        );
+        let q = forward_fp8(
+            x,
+            gamma,
+            norm,
+            activation,
+            KernelScale::Device(scale.handle.clone()),
+            Some(amax.handle.clone()),
+        );
         (q, amax)
     }
 
@@ -307,6 +338,7 @@ pub fn forward(
         kind: Output::Input,
         elem: rows.x_type,
         scale: 1.0,
+        device_scale: None,
         amax: None,
     };
     rows.launch(target, &out, norm, activation, "rms_norm_silu");
@@ -364,6 +396,7 @@ pub fn forward_into(
         kind: Output::Input,
         elem: rows.x_type,
         scale: 1.0,
+        device_scale: None,
         amax: None,
     };
     rows.launch(target, &view, norm, activation, "rms_norm_silu_into");

@@ -2,34 +2,52 @@
 
 use super::*;
 
+/// Where the FP8 quantisation scale `s` of `q = sat(y * s)` lives.
+pub enum KernelScale {
+    /// A host value, passed to the kernel as a parameter.
+    Host(f32),
+    /// The first f32 of a device buffer, read by the kernel (delayed scaling).
+    Device(Handle),
+}
+
 /// The row kernel writing FP8 E4M3 codes straight into a new quantised tensor's value buffer;
-/// the tensor's per-tensor scale word is set to `1 / scale` on the device.
+/// the tensor's per-tensor scale word is set to `1 / scale` on the device (by a one-word write
+/// for a host scale, by the kernel itself for a device scale).
 pub fn forward_fp8(
     x: CubeTensor,
     gamma: CubeTensor,
     norm: NormParams,
     activation: Activation,
-    scale: f32,
-    amax: Option<rmsnorm_silu_kernels::cubecl::server::Handle>,
+    scale: KernelScale,
+    amax: Option<Handle>,
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
     let (q, values, scales) = empty_quantized(shape, crate::formats::fp8_scheme(), &rows);
     let client = rows.x.client.clone();
-    write_f32(&client, scales.handle.clone(), 1.0 / scale);
+    let target = match scale {
+        KernelScale::Host(scale) => {
+            write_f32(&client, scales.handle.clone(), 1.0 / scale);
+            OutputTarget::fp8(values.handle.clone(), scale, amax.clone())
+        }
+        KernelScale::Device(scale) => {
+            if rows.problem.rows == 0 {
+                launch_reciprocal(&client, scale.clone(), scales.handle.clone());
+            }
+            let scale = DeviceScale {
+                scale,
+                decode: scales.handle.clone(),
+            };
+            OutputTarget::fp8_device_scale(values.handle.clone(), scale, amax.clone())
+        }
+    };
     if rows.problem.rows == 0 {
         if let Some(amax) = amax {
             write_f32(&client, amax, 0.0);
         }
         return q;
     }
-    rows.launch(
-        OutputTarget::fp8(values.handle.clone(), scale, amax),
-        &values,
-        norm,
-        activation,
-        "rms_norm_silu_fp8",
-    );
+    rows.launch(target, &values, norm, activation, "rms_norm_silu_fp8");
     q
 }
 

@@ -18,6 +18,7 @@ pub fn launch_forward(
         kind: Output::Input,
         elem: operands.x_type,
         scale: 1.0,
+        device_scale: None,
         amax: None,
     };
     launch_forward_to(client, operands, target, problem, norm, activation, knobs)
@@ -30,10 +31,21 @@ pub struct OutputTarget {
     pub kind: Output,
     /// The output element type (`x`'s for [`Output::Input`], `e4m3` for FP8).
     pub elem: ElemType,
-    /// The FP8 quantisation scale (`q = sat(y * scale)`); ignored for [`Output::Input`].
+    /// The FP8 quantisation scale (`q = sat(y * scale)`); ignored for [`Output::Input`] and
+    /// when [`Self::device_scale`] is given.
     pub scale: f32,
+    /// FP8 with the scale on the device (delayed scaling without a host round trip).
+    pub device_scale: Option<DeviceScale>,
     /// Where [`Output::Fp8E4M3WithAmax`] writes `max |y|` (one f32).
     pub amax: Option<Handle>,
+}
+
+/// An FP8 scale that stays on the device: the kernel reads `scale[0]` and writes `1 / scale[0]`
+/// into `decode` (a quantised tensor's per-tensor scale word), both f32.
+#[derive(Clone, Debug)]
+pub struct DeviceScale {
+    pub scale: Handle,
+    pub decode: Handle,
 }
 
 impl OutputTarget {
@@ -49,7 +61,16 @@ impl OutputTarget {
             },
             elem: ElemType::Float(cubecl::ir::FloatKind::E4M3),
             scale,
+            device_scale: None,
             amax,
+        }
+    }
+
+    /// [`Self::fp8`] with the scale read on the device (see [`DeviceScale`]).
+    pub fn fp8_device_scale(handle: Handle, scale: DeviceScale, amax: Option<Handle>) -> Self {
+        Self {
+            device_scale: Some(scale),
+            ..Self::fp8(handle, 1.0, amax)
         }
     }
 }
@@ -84,6 +105,9 @@ pub fn launch_forward_to(
         if let Some(amax) = target.amax {
             crate::quant::write_f32(client, amax, 0.0);
         }
+        if let Some(scale) = target.device_scale {
+            crate::quant::launch_reciprocal(client, scale.scale, scale.decode);
+        }
         return Ok(());
     }
     let offsets = [
@@ -101,7 +125,8 @@ pub fn launch_forward_to(
     cfg.bf16_gamma = cfg.bf16_input
         && gamma_type == ElemType::Float(cubecl::ir::FloatKind::BF16)
         && vector_size.is_multiple_of(2);
-    cfg.scale_foldable = target.scale <= RowConfig::MAX_FOLDED_SCALE;
+    cfg.scale_foldable =
+        target.device_scale.is_none() && target.scale <= RowConfig::MAX_FOLDED_SCALE;
     cfg.plane_width = reduction_plane_width(client);
     cfg.packed_fp8 = cfg.saturating_cast
         && vector_size.is_multiple_of(4)
@@ -165,6 +190,15 @@ pub fn launch_forward_to(
             BufferArg::from_raw_parts(out, out_words_len),
             BufferArg::from_raw_parts(partial.clone(), partial_len),
             BufferArg::from_raw_parts(tickets, tickets_len),
+            target
+                .device_scale
+                .as_ref()
+                .map(|s| BufferArg::from_raw_parts(s.scale.clone(), 1))
+                .into(),
+            target
+                .device_scale
+                .map(|s| BufferArg::from_raw_parts(s.decode, 1))
+                .into(),
             rows,
             vecs_per_row,
             x_row_stride / vector_size,

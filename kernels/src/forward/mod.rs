@@ -31,7 +31,7 @@ use crate::validate::{cube_dim, validate_knobs};
 mod launch;
 mod store;
 
-pub use launch::{OutputTarget, launch_forward, launch_forward_to};
+pub use launch::{DeviceScale, OutputTarget, launch_forward, launch_forward_to};
 use store::{store_cached_row, store_streamed_row};
 
 /// The row kernel. `x`, `gamma`, `out` are viewed as vectors of `N` elements; the row length
@@ -52,6 +52,8 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     out_words: &mut [Vector<u32, V>],
     amax_partial: &mut [f32],
     tickets: &mut [Atomic<u32>],
+    device_scale: ComptimeOption<&[f32]>,
+    decode_scale: ComptimeOption<&mut [f32]>,
     rows: usize,
     vecs_per_row: usize,
     x_row_stride: usize,
@@ -99,6 +101,16 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
     // the host's): their loads sit in a loop, away from the kernel's start, and taken as a
     // parameter `silu_k` cost ptxas registers there (FP8 C = 96 with prefetch: 72 -> 80).
     let mut silu_k = silu_k;
+    // FP8 with its scale on the device (delayed scaling): `device_scale[0]` replaces the
+    // parameter, and the first unit writes the quantised tensor's decode scale `1 / scale`
+    // (no host round trip; the launch never folds such a scale).
+    let read: ComptimeOption<f32> = device_scale.map(|s| s[0]);
+    let out_scale = read.unwrap_or_else(|| out_scale);
+    let _: ComptimeOption<()> = decode_scale.map(|word| {
+        if ABSOLUTE_POS == 0 {
+            word[0] = 1.0f32 / out_scale;
+        }
+    });
     if comptime![cfg.prefetch && cfg.folds_out_scale()] {
         silu_k = -LOG2_E / out_scale;
     }
