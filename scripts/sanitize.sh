@@ -62,4 +62,11 @@ for tool in "${tools[@]}"; do
     pass "$tool" "$tool" "$kernels" ${filter_words[@]+"${filter_words[@]}"}
     [ "${SANITIZE_CONV:-1}" = 0 ] || pass "$tool" "$tool-conv" "" conv::
 done
+# initcheck over Burn's own matmul alone (the ignored `upstream` probe): whether the reports in
+# cubek's `matmul_entry_*` kernels need anything of this crate.
+if [[ " ${tools[*]} " == *" initcheck "* ]] && [ "${SANITIZE_UPSTREAM:-1}" = 1 ]; then
+    (cd gpu/shard-0 && RMSNORM_TEST_DEVICE=cuda timeout 120 "$sanitizer" --tool initcheck --print-limit 20 \
+        ../tests --ignored upstream) > "$out/initcheck-upstream.log" 2>&1
+    echo "== initcheck-upstream: $(grep -E "^test result|ERROR SUMMARY" "$out/initcheck-upstream.log" | tr '\n' ' ')"
+fi
 exit $status
