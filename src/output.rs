@@ -10,6 +10,9 @@ use crate::nvfp4::{
 };
 
 /// Where an FP8 output's quantisation scale lives.
+// The tensor handle is larger than an f32; boxing it would make every caller write `Box::new`
+// for a value made once per call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Fp8Scale {
     /// A host value (checked: finite and > 0).
@@ -20,6 +23,7 @@ pub enum Fp8Scale {
 }
 
 /// What [`rms_norm_silu_as`] writes.
+#[allow(clippy::large_enum_variant)] // (as `Fp8Scale`)
 #[derive(Clone, Debug)]
 pub enum OutputFormat {
     /// `x`'s dtype.
