@@ -365,9 +365,11 @@ fn api_per_call(device: &Device, [b, c, t, h, w]: [usize; 5], eps: f32) -> (f64,
     let first = Tensor::<5>::random([b, c, t, h, w], Distribution::Normal(0.0, 1.0), device)
         .cast(DType::BF16)
         .into_data();
-    let first = Tensor::<5>::from_data(first, device);
+    // (`from_data` without a dtype would make the device's default float, f32: twice the bytes.)
+    let first = Tensor::<5>::from_data(first, (device, DType::BF16));
     let last = first.clone().permute([0, 2, 3, 4, 1]).into_data();
-    let last = Tensor::<5>::from_data(last, device).permute([0, 4, 1, 2, 3]);
+    let last = Tensor::<5>::from_data(last, (device, DType::BF16)).permute([0, 4, 1, 2, 3]);
+    assert_eq!((first.dtype(), last.dtype()), (DType::BF16, DType::BF16));
     let time = |x: &Tensor<5>| {
         let mut runs = Vec::new();
         for run in 0..6 {
