@@ -14,15 +14,40 @@ use rmsnorm_silu_kernels::{Activation, NormParams};
 use crate::common::*;
 use crate::kernel_knobs::{cube_device, download, elem, upload};
 
-/// The kernels' (dx, dgamma) for `L = sum(w * y)`, from poisoned outputs.
-#[allow(clippy::too_many_arguments)]
+/// A row backward's host inputs: `x` and `dy` of `[rows, channels]` (row-major) and `gamma`,
+/// uploaded in `dtype`.
+#[derive(Clone, Copy)]
+pub struct RowGradients<'a> {
+    pub x: &'a [f64],
+    pub gamma: &'a [f64],
+    pub dy: &'a [f64],
+    pub rows: usize,
+    pub channels: usize,
+    pub dtype: DType,
+}
+
+impl<'a> RowGradients<'a> {
+    pub fn new(
+        x: &'a [f64],
+        gamma: &'a [f64],
+        dy: &'a [f64],
+        [rows, channels]: [usize; 2],
+        dtype: DType,
+    ) -> Self {
+        Self {
+            x,
+            gamma,
+            dy,
+            rows,
+            channels,
+            dtype,
+        }
+    }
+}
+
+/// The kernels' (dx, dgamma) for `L = sum(dy * y)`, from poisoned outputs.
 fn fused_gradients(
-    x: &[f64],
-    gamma: &[f64],
-    w: &[f64],
-    rows: usize,
-    channels: usize,
-    dtype: DType,
+    inputs: RowGradients,
     norm: NormParams,
     activation: Activation,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -30,8 +55,8 @@ fn fused_gradients(
         fast_math: false,
         ..BackwardKnobs::for_device(&cube_device().client())
     };
-    fused_gradients_with(x, gamma, w, rows, channels, dtype, norm, activation, knobs)
-        .unwrap_or_else(|e| panic!("C={channels}: {e}"))
+    fused_gradients_with(inputs, norm, activation, knobs)
+        .unwrap_or_else(|e| panic!("C={}: {e}", inputs.channels))
 }
 
 /// A backward launch's buffers on the device: x and dy of `shape` (dy = `w`), gamma `[C]`,
@@ -83,19 +108,21 @@ impl GradientBuffers {
 }
 
 /// [`fused_gradients`] with given knobs; the launch's refusal as an error.
-#[allow(clippy::too_many_arguments)]
 pub fn fused_gradients_with(
-    x: &[f64],
-    gamma: &[f64],
-    w: &[f64],
-    rows: usize,
-    channels: usize,
-    dtype: DType,
+    inputs: RowGradients,
     norm: NormParams,
     activation: Activation,
     knobs: BackwardKnobs,
 ) -> Result<(Vec<f64>, Vec<f64>), String> {
-    let b = GradientBuffers::upload(x, gamma, w, vec![rows, channels], dtype, &cube_device());
+    let RowGradients {
+        x,
+        gamma,
+        dy,
+        rows,
+        channels,
+        dtype,
+    } = inputs;
+    let b = GradientBuffers::upload(x, gamma, dy, vec![rows, channels], dtype, &cube_device());
     launch_backward_with(
         &b.x.client,
         b.operands(dtype),
@@ -190,8 +217,11 @@ fn fused_backward_matches_finite_differences() {
             let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
             let label = format!("T={rows} C={channels} {what}: ");
             record_failure(&mut failures, &label, || {
-                let (dx, dgamma) =
-                    fused_gradients(&x, &gamma, &w, rows, channels, DType::F32, norm, activation);
+                let (dx, dgamma) = fused_gradients(
+                    RowGradients::new(&x, &gamma, &w, [rows, channels], DType::F32),
+                    norm,
+                    activation,
+                );
                 let (dx_fd, dgamma_fd) =
                     finite_differences(&x, &gamma, &w, channels, norm, activation);
                 // dx is a difference of terms of size |w gamma r|; for C = 1 they cancel to
@@ -214,12 +244,7 @@ fn fast_math_backward_on_cuda_only() {
         let norm = NormParams::rms(1e-5);
         let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
         let result = fused_gradients_with(
-            &x,
-            &gamma,
-            &w,
-            rows,
-            channels,
-            DType::F32,
+            RowGradients::new(&x, &gamma, &w, [rows, channels], DType::F32),
             norm,
             Activation::Silu,
             BackwardKnobs {
@@ -314,12 +339,7 @@ fn every_backward_knob_setting_matches_finite_differences() {
         let shape = shapes.iter().position(|&s| s == (rows, channels)).unwrap();
         let (x, gamma, w, (dx_fd, dgamma_fd), terms) = &inputs[shape];
         let result = fused_gradients_with(
-            x,
-            gamma,
-            w,
-            rows,
-            channels,
-            DType::F32,
+            RowGradients::new(x, gamma, w, [rows, channels], DType::F32),
             norm,
             Activation::Silu,
             knobs,
@@ -367,12 +387,7 @@ fn every_backward_knob_setting_matches_finite_differences() {
     ] {
         let x = vec![1.0; 8];
         let err = fused_gradients_with(
-            &x,
-            &x[..4],
-            &x,
-            2,
-            4,
-            DType::F32,
+            RowGradients::new(&x, &x[..4], &x, [2, 4], DType::F32),
             norm,
             Activation::Silu,
             knobs,
@@ -425,12 +440,7 @@ fn fused_backward_in_bf16() {
         let rows = 9;
         let (x, gamma, w) = bf16_inputs(&format!("backward bf16 C={channels}"), rows, channels);
         let (dx, dgamma) = fused_gradients_with(
-            &x,
-            &gamma,
-            &w,
-            rows,
-            channels,
-            DType::BF16,
+            RowGradients::new(&x, &gamma, &w, [rows, channels], DType::BF16),
             norm,
             Activation::Silu,
             knobs,
@@ -513,12 +523,7 @@ fn fused_backward_is_bitwise_deterministic() {
     let (x, gamma, w) = f32_inputs(&mut rng, rows, channels);
     let run = || {
         fused_gradients(
-            &x,
-            &gamma,
-            &w,
-            rows,
-            channels,
-            DType::F32,
+            RowGradients::new(&x, &gamma, &w, [rows, channels], DType::F32),
             NormParams::rms(1e-5),
             Activation::Silu,
         )
@@ -579,12 +584,7 @@ fn dgamma_over_many_cubes_matches_f64() {
         ..BackwardKnobs::for_device(&client)
     };
     let (_, dgamma) = fused_gradients_with(
-        &x,
-        &gamma,
-        &w,
-        rows,
-        channels,
-        DType::F32,
+        RowGradients::new(&x, &gamma, &w, [rows, channels], DType::F32),
         NormParams::rms(eps as f32),
         Activation::Silu,
         knobs,

@@ -34,7 +34,7 @@ const GPU_CHANNELS_PER_UNIT: usize = 48;
 /// The channels-first backward of `problems` (`[batches, C, S]`) on the device's default launch
 /// shape and on a sample of launch shapes of every kind, against the row backward.
 fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
-    use crate::backward::{GradientBuffers, fused_gradients_with};
+    use crate::backward::{GradientBuffers, RowGradients, fused_gradients_with};
     use crate::kernel_knobs::cube_device;
     use rmsnorm_silu_kernels::backward::BackwardKnobs;
     use rmsnorm_silu_kernels::channels::ChannelsConfig;
@@ -98,12 +98,7 @@ fn channels_backward_configs(problems: &[(usize, usize, usize)]) {
         };
         let rows = batches * positions;
         let (want_dx, want_dgamma) = fused_gradients_with(
-            &to_rows(&x),
-            &gamma,
-            &to_rows(&dy),
-            rows,
-            channels,
-            dtype,
+            RowGradients::new(&to_rows(&x), &gamma, &to_rows(&dy), [rows, channels], dtype),
             norm,
             Activation::Silu,
             BackwardKnobs::for_shape(&client, channels, rows),

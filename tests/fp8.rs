@@ -11,7 +11,6 @@ use crate::kernel_knobs::{cube_device, elem, upload};
 
 /// The FP8 codes the row kernel writes (with `knobs`, or the device's selected knobs) for bf16
 /// `x` and `gamma` of `[rows, C]`, into an output poisoned with the NaN code.
-#[allow(clippy::too_many_arguments)]
 fn fp8_codes(
     x: &[f64],
     gamma: &[f64],

@@ -10,20 +10,19 @@ use crate::common::*;
 
 const POISON: f64 = -7.25;
 
-/// `into` `[b, frames, h, w, c]` full of POISON except what the op wrote at `at..`; checks every
-/// element: the written frames against the reference of `x`, the others still POISON (or the
-/// `kept` values).
-#[allow(clippy::too_many_arguments)]
+/// `into` `[b, frames, h, w, c]` full of POISON except the frames `written` (the op's output for
+/// `x`); checks every element: the written frames against the reference of `x`, the others still
+/// POISON.
 fn check(
     got: &[f64],
     x: &[f64],
     gamma: &[f64],
     [b, frames, h, w, c]: [usize; 5],
-    t: usize,
-    at: usize,
+    written: std::ops::Range<usize>,
     dtype: DType,
     what: &str,
 ) {
+    let (at, t) = (written.start, written.len());
     let norm = RmsNormSiluOptions::wan().norm.params(c);
     let want_x = reference(x, gamma, norm, Activation::Silu);
     let frame = h * w * c;
@@ -81,8 +80,7 @@ fn frames_written_behind_cached_ones() {
             &x,
             &gamma,
             [b, frames, h, w, c],
-            t,
-            at,
+            at..at + t,
             dtype,
             &what,
         );
@@ -103,7 +101,7 @@ fn shared_and_strided_targets_keep_their_meaning() {
     let other_owner = into.clone();
     // Frames 2..5 of each target hold the new 3 frames; the rest keep their poison.
     let check_target =
-        |got: Tensor<5>, what: &str| check(&values(got), &x, &gamma, shape, 3, 2, DType::F32, what);
+        |got: Tensor<5>, what: &str| check(&values(got), &x, &gamma, shape, 2..5, DType::F32, what);
     let run = |into: Tensor<5>| {
         rms_norm_silu_into(
             tensor(&x, [1, 3, 2, 3, 16], DType::F32, &device),

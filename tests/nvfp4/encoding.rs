@@ -31,11 +31,7 @@ fn nvfp4_bytes_match_the_host_quantiser() {
         ] {
             let what = format!("T={rows} C={channels} {dtype:?} {recipe:?} s_enc={s_enc}");
             let (codes, scales) = launch(
-                &x,
-                &gamma,
-                rows,
-                channels,
-                dtype,
+                Fp4Case::new(&x, &gamma, [rows, channels], dtype),
                 norm,
                 recipe,
                 ScaleLayout::RowMajor,
@@ -66,11 +62,7 @@ fn swizzled_scales_follow_the_formula_with_zero_padding() {
         let norm = NormParams::rms(eps);
         let args = |layout| {
             launch(
-                &x,
-                &gamma,
-                rows,
-                channels,
-                DType::BF16,
+                Fp4Case::new(&x, &gamma, [rows, channels], DType::BF16),
                 norm,
                 Fp4Recipe::TransformerEngine,
                 layout,
@@ -108,11 +100,7 @@ fn nan_stays_in_its_block() {
     let norm = NormParams::rms(eps);
     let y = reference(&x, &gamma, norm, Activation::Silu);
     let (codes, scales) = launch(
-        &x,
-        &gamma,
-        rows,
-        channels,
-        DType::F32,
+        Fp4Case::new(&x, &gamma, [rows, channels], DType::F32),
         norm,
         Fp4Recipe::Cudnn,
         ScaleLayout::RowMajor,

@@ -215,11 +215,7 @@ fn nvfp4_table_entries_are_valid_and_correct() {
         let norm = NormParams::rms(eps);
         let y = reference(&x, &gamma, norm, Activation::Silu);
         let (codes, scales) = launch_with(
-            &x,
-            &gamma,
-            rows,
-            c,
-            DType::BF16,
+            Fp4Case::new(&x, &gamma, [rows, c], DType::BF16),
             norm,
             Fp4Recipe::Cudnn,
             ScaleLayout::RowMajor,
@@ -314,11 +310,7 @@ fn nvfp4_raw_cache_writes_the_f32_caches_bytes() {
                 };
                 let run = |k: Fp4Knobs| {
                     launch_with(
-                        &x,
-                        &gamma,
-                        rows,
-                        channels,
-                        dtype,
+                        Fp4Case::new(&x, &gamma, [rows, channels], dtype),
                         norm,
                         Fp4Recipe::Cudnn,
                         ScaleLayout::RowMajor,
@@ -374,11 +366,7 @@ fn launch_streamed_row(raw_cache: bool, gamma_shared: bool) {
         gamma_shared,
     };
     launch_with(
-        &x,
-        &gamma,
-        4,
-        64,
-        DType::BF16,
+        Fp4Case::new(&x, &gamma, [4, 64], DType::BF16),
         NormParams::rms(eps),
         Fp4Recipe::Cudnn,
         ScaleLayout::RowMajor,
@@ -422,11 +410,7 @@ fn nvfp4_gamma_shared_beyond_the_shared_memory_is_refused() {
         gamma_shared: true,
     };
     launch_with(
-        &x,
-        &gamma,
-        rows,
-        channels,
-        DType::BF16,
+        Fp4Case::new(&x, &gamma, [rows, channels], DType::BF16),
         NormParams::rms(1e-6),
         Fp4Recipe::Cudnn,
         ScaleLayout::RowMajor,

@@ -86,40 +86,58 @@ fn compare_blocks(codes: &[u8], scales: &[u8], host: &[Fp4Block], what: &str) ->
     (scale_diffs, nibble_diffs)
 }
 
-/// Launches the kernel into poisoned buffers and returns (codes, scales) bytes.
-#[allow(clippy::too_many_arguments)]
-fn launch(
-    x: &[f64],
-    gamma: &[f64],
+/// An NVFP4 launch's host inputs: `x` of `[rows, channels]` (row-major) and `gamma`, uploaded in
+/// `dtype`.
+#[derive(Clone, Copy)]
+struct Fp4Case<'a> {
+    x: &'a [f64],
+    gamma: &'a [f64],
     rows: usize,
     channels: usize,
     dtype: DType,
+}
+
+impl<'a> Fp4Case<'a> {
+    fn new(x: &'a [f64], gamma: &'a [f64], [rows, channels]: [usize; 2], dtype: DType) -> Self {
+        Self {
+            x,
+            gamma,
+            rows,
+            channels,
+            dtype,
+        }
+    }
+}
+
+/// Launches the kernel into poisoned buffers and returns (codes, scales) bytes.
+fn launch(
+    case: Fp4Case,
     norm: NormParams,
     recipe: Fp4Recipe,
     layout: ScaleLayout,
     s_enc: f32,
 ) -> (Vec<u8>, Vec<u8>) {
     let device = cube_device();
-    let knobs = heuristic_fp4_knobs(&device.client(), channels, dtype.size());
-    launch_with(
-        x, gamma, rows, channels, dtype, norm, recipe, layout, s_enc, knobs,
-    )
+    let knobs = heuristic_fp4_knobs(&device.client(), case.channels, case.dtype.size());
+    launch_with(case, norm, recipe, layout, s_enc, knobs)
 }
 
 /// [`launch`] with explicit knobs.
-#[allow(clippy::too_many_arguments)]
 fn launch_with(
-    x: &[f64],
-    gamma: &[f64],
-    rows: usize,
-    channels: usize,
-    dtype: DType,
+    case: Fp4Case,
     norm: NormParams,
     recipe: Fp4Recipe,
     layout: ScaleLayout,
     s_enc: f32,
     knobs: Fp4Knobs,
 ) -> (Vec<u8>, Vec<u8>) {
+    let Fp4Case {
+        x,
+        gamma,
+        rows,
+        channels,
+        dtype,
+    } = case;
     let device = cube_device();
     let xt = upload(x, vec![rows, channels], dtype, &device);
     let gt = upload(gamma, vec![channels], dtype, &device);
@@ -199,11 +217,7 @@ impl RescueRows {
     /// The kernel with `knobs` against the host: at most two bytes one step away.
     fn check(&self, knobs: Fp4Knobs) {
         let (codes, scales) = launch_with(
-            &self.x,
-            &self.gamma,
-            self.rows,
-            self.channels,
-            DType::F32,
+            Fp4Case::new(&self.x, &self.gamma, [self.rows, self.channels], DType::F32),
             NormParams::rms(0.0),
             Fp4Recipe::Cudnn,
             ScaleLayout::RowMajor,
