@@ -92,6 +92,15 @@ pub(crate) fn stage_words<W: Size>(
     }
 }
 
+/// The rows of `x` as the kernel reads them: how many, the distance between two rows and the
+/// vectors of a row (all in vectors of `x`).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct RowLayout {
+    pub rows: usize,
+    pub x_row_stride: usize,
+    pub vecs_per_row: usize,
+}
+
 /// Loads this unit's share of the rows `first_row + r * rows_per_cube` (`r < rows_per_unit`) into
 /// `xs`. The prefetch loads 32-bit words (`x_words`, `x` viewed as words: one vector of `x` per
 /// vector of words): the compiler splits vectors of 16-bit floats into 16-bit values and
@@ -100,17 +109,16 @@ pub(crate) fn stage_words<W: Size>(
 /// vector instead (every reader masks those slots), so the loads need no condition either and
 /// are all in flight together.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn load_rows<T: Scalar, W: Size>(
     x_words: &[Vector<T, W>],
     xs: &mut Array<Vector<T, W>>,
     lane: usize,
     first_row: usize,
-    rows: usize,
-    x_row_stride: usize,
-    vecs_per_row: usize,
+    layout: RowLayout,
     #[comptime] cfg: RowConfig,
 ) {
+    let (rows, x_row_stride, vecs_per_row) =
+        (layout.rows, layout.x_row_stride, layout.vecs_per_row);
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
     #[unroll]

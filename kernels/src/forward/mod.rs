@@ -22,8 +22,8 @@ use crate::params::{Activation, NormParams, Output};
 use crate::problem::{KernelError, RowOperands, RowsProblem};
 use crate::rescue::{prescale, small_eps};
 use crate::row_io::{
-    add_squares, cached, in_row, load_gamma_registers, load_index, load_rows, squares_total,
-    stage_words, staged_to_f32, streamed_sum_sq, widen,
+    RowLayout, add_squares, cached, in_row, load_gamma_registers, load_index, load_rows,
+    squares_total, stage_words, staged_to_f32, streamed_sum_sq, widen,
 };
 use crate::tickets::{WALK_WORDS, walk_advance, walk_draw, walk_finish, walk_next, walk_start};
 use crate::validate::{cube_dim, validate_knobs};
@@ -186,9 +186,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     &mut next_regs,
                     lane,
                     group * rows_per_step + y,
-                    rows,
-                    x_row_stride,
-                    vecs_per_row,
+                    RowLayout {
+                        rows,
+                        x_row_stride,
+                        vecs_per_row,
+                    },
                     cfg,
                 );
                 stage_words::<W>(&next_regs, &mut staged, 0usize, slots, units);
@@ -207,9 +209,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         &mut next_regs,
                         lane,
                         next * rows_per_step + y,
-                        rows,
-                        x_row_stride,
-                        vecs_per_row,
+                        RowLayout {
+                            rows,
+                            x_row_stride,
+                            vecs_per_row,
+                        },
                         cfg,
                     );
                 }
@@ -234,9 +238,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         &mut xw,
                         lane,
                         first_row,
-                        rows,
-                        x_row_stride,
-                        vecs_per_row,
+                        RowLayout {
+                            rows,
+                            x_row_stride,
+                            vecs_per_row,
+                        },
                         cfg,
                     );
                 } else {
@@ -245,9 +251,11 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         &mut xs,
                         lane,
                         first_row,
-                        rows,
-                        x_row_stride,
-                        vecs_per_row,
+                        RowLayout {
+                            rows,
+                            x_row_stride,
+                            vecs_per_row,
+                        },
                         cfg,
                     );
                 }

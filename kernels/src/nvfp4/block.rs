@@ -44,8 +44,8 @@ fn divide_fast_path(a: f32, s: f32) -> f32 {
 }
 
 /// Quantises one block held as `16 / N` vectors of fp32 `y` starting at `ys[first]`: writes its
-/// two code words and its scale byte.
-#[allow(clippy::too_many_arguments)]
+/// two code words and its scale byte (`cfg`: the recipe, vector width, PTX math, global-scale
+/// range and encoder).
 #[cube]
 fn store_block<S: Float, N: Size>(
     ys: &Array<Vector<f32, N>>,
@@ -54,12 +54,13 @@ fn store_block<S: Float, N: Size>(
     code_index: usize,
     scale_index: usize,
     s_enc: f32,
-    #[comptime] recipe: Fp4Recipe,
-    #[comptime] vector_size: usize,
-    #[comptime] ptx: bool,
-    #[comptime] moderate_global_scale: bool,
-    #[comptime] pair_encoder: bool,
+    #[comptime] cfg: Fp4Config,
 ) {
+    let recipe = comptime![cfg.recipe];
+    let vector_size = comptime![cfg.vector_size];
+    let ptx = comptime![cfg.fast_math];
+    let moderate_global_scale = comptime![cfg.moderate_global_scale];
+    let pair_encoder = comptime![cfg.pair_encoder];
     let per_block = comptime![BLOCK / vector_size];
     // max |y|, NaN-propagating (a NaN makes the block's scale NaN): one PTX `max.NaN` with an
     // |.| operand per element on CUDA; elsewhere on the bits (non-negative floats order as
@@ -264,10 +265,6 @@ pub(super) fn write_block<S: Float, N: Size>(
         at.row * at.blocks + at.b,
         scale_offset(at.row, at.b, at.blocks, at.column_tiles, cfg.layout),
         s_enc,
-        cfg.recipe,
-        cfg.vector_size,
-        cfg.fast_math,
-        cfg.moderate_global_scale,
-        cfg.pair_encoder,
+        cfg,
     );
 }

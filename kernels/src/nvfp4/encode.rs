@@ -184,35 +184,20 @@ fn pack_codes(w: &Array<f32>, #[comptime] first: usize, #[comptime] ptx: bool) -
 /// grid's spacing `2^(E - 1)`, so one bf16x2 fused multiply-add leaves the code `2E - 2 + k` in
 /// each half's low nibble. The signs come from the bf16 halves by a sign-replicating byte
 /// permute.
+///
+/// In the PTX, pairs `(w0, w2)`, `(w4, w6)`, `(w1, w3)`, `(w5, w7)`: the even values' codes then
+/// sit in bytes 0, 2 of two words and a byte permute gathers them in order, likewise the odd
+/// ones, shifted into the high nibbles.
 #[cube]
 fn pack_codes_pairs(w: &Array<f32>, #[comptime] first: usize) -> u32 {
-    ptx_pack_codes_pairs(
-        w[first],
-        w[first + 1],
-        w[first + 2],
-        w[first + 3],
-        w[first + 4],
-        w[first + 5],
-        w[first + 6],
-        w[first + 7],
-    )
-}
-
-/// The PTX of [`pack_codes_pairs`]. Pairs `(w0, w2)`, `(w4, w6)`, `(w1, w3)`, `(w5, w7)`: the
-/// even values' codes then sit in bytes 0, 2 of two words and a byte permute gathers them in
-/// order, likewise the odd ones, shifted into the high nibbles.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn ptx_pack_codes_pairs(
-    w0: f32,
-    w1: f32,
-    w2: f32,
-    w3: f32,
-    w4: f32,
-    w5: f32,
-    w6: f32,
-    w7: f32,
-) -> u32 {
+    let w0 = w[first];
+    let w1 = w[first + 1];
+    let w2 = w[first + 2];
+    let w3 = w[first + 3];
+    let w4 = w[first + 4];
+    let w5 = w[first + 5];
+    let w6 = w[first + 6];
+    let w7 = w[first + 7];
     let out: u32;
     gpu_asm!(
         "{{ .reg .b32 h<4>, l<4>, v<4>, e<4>, c<4>, one, floor, sixteen, p, q, se, so;

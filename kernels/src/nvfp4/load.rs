@@ -84,7 +84,6 @@ pub(crate) fn load_f32<T: Float, N: Size, W: Size>(
 
 /// The lane's blocks of the row at vector `base` of `x` into `xr[first..]` as loaded (the raw
 /// register cache), every load unconditional as in [`load_lane_row`].
-#[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn load_lane_raw<E: Float, N: Size>(
     x: &[Vector<E, N>],
