@@ -196,6 +196,32 @@ impl Buffers {
 
     /// FP8 E4M3 out (scale 1) into `out`, whatever `fp8` says.
     fn launch_fp8(&self, client: &Client, knobs: &Knobs) {
+        let target =
+            burn_rmsnorm_silu::kernels::forward::OutputTarget::fp8(self.out.clone(), 1.0, None);
+        self.launch_fp8_to(client, knobs, target);
+    }
+
+    /// [`Self::launch_fp8`] with the scale read on the device (delayed scaling).
+    fn launch_fp8_device_scale(
+        &self,
+        client: &Client,
+        knobs: &Knobs,
+        scale: &burn_rmsnorm_silu::kernels::forward::DeviceScale,
+    ) {
+        let target = burn_rmsnorm_silu::kernels::forward::OutputTarget::fp8_device_scale(
+            self.out.clone(),
+            scale.clone(),
+            None,
+        );
+        self.launch_fp8_to(client, knobs, target);
+    }
+
+    fn launch_fp8_to(
+        &self,
+        client: &Client,
+        knobs: &Knobs,
+        target: burn_rmsnorm_silu::kernels::forward::OutputTarget,
+    ) {
         burn_rmsnorm_silu::kernels::forward::launch_forward_to(
             client,
             RowOperands {
@@ -204,7 +230,7 @@ impl Buffers {
                 x_type: BF16,
                 gamma_type: BF16,
             },
-            burn_rmsnorm_silu::kernels::forward::OutputTarget::fp8(self.out.clone(), 1.0, None),
+            target,
             self.problem,
             self.norm(),
             self.activation,

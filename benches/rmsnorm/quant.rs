@@ -83,7 +83,8 @@ pub(crate) fn quant(timer: &mut Timer, args: &Args) {
     let mut csv = String::from(
         "c,t,fp8_us,fp8_copy_us,fp8_ratio,nvfp4_heuristic_us,nvfp4_best_us,nvfp4_copy_us,\
          nvfp4_ratio,nvfp4_best_knobs,fp8_read_heavy_copy_us,fp8_read_heavy_ratio,\
-         nvfp4_read_heavy_copy_us,nvfp4_read_heavy_ratio,fp8_two_to_one_copy_us\n",
+         nvfp4_read_heavy_copy_us,nvfp4_read_heavy_ratio,fp8_two_to_one_copy_us,\
+         fp8_device_scale_us,fp8_device_scale_ratio\n",
     );
     let tokens: &[usize] = if args.quick {
         &[99_840]
@@ -105,7 +106,12 @@ pub(crate) fn quant(timer: &mut Timer, args: &Args) {
             // FP8 next to its roofs: the half-and-half copy of its 3 bytes per element, and the
             // same bytes moved as the kernel moves them (2 read, 1 written per element) with
             // one load per unit and with two loads and one store per unit.
-            let [fp8, fp8_copy, fp8_rw_copy, fp8_two_to_one] = interleaved_medians(
+            // And with the scale read on the device (the delayed-scaling path: never folded).
+            let device_scale = burn_rmsnorm_silu::kernels::forward::DeviceScale {
+                scale: client.create_from_slice(&1.0f32.to_ne_bytes()),
+                decode: client.empty(4),
+            };
+            let [fp8, fp8_copy, fp8_rw_copy, fp8_two_to_one, fp8_device] = interleaved_medians(
                 timer,
                 50,
                 [
@@ -113,6 +119,7 @@ pub(crate) fn quant(timer: &mut Timer, args: &Args) {
                     &mut || timer.copy(&b.x, &scratch, half_and_half(n * 3)),
                     &mut || timer.copy_read_heavy(&b.x, &scratch, n * 2 / 16 * 16, 1, 2),
                     &mut || timer.copy_two_to_one(&b.x, &scratch, n * 2 / 32 * 32),
+                    &mut || b.launch_fp8_device_scale(&client, &knobs, &device_scale),
                 ],
             );
             // NVFP4: heuristic, then the sweep.
@@ -230,25 +237,28 @@ pub(crate) fn quant(timer: &mut Timer, args: &Args) {
             writeln!(
                 csv,
                 "{c},{t},{fp8:.2},{fp8_copy:.2},{:.3},{h_time:.2},{best_time:.2},{nv_copy:.2},{:.3},{},\
-                 {fp8_rw_copy:.2},{:.3},{nv_rw_copy:.2},{:.3},{fp8_two_to_one:.2}",
+                 {fp8_rw_copy:.2},{:.3},{nv_rw_copy:.2},{:.3},{fp8_two_to_one:.2},{fp8_device:.2},{:.3}",
                 fp8 / fp8_copy,
                 best_time / nv_copy,
                 best.0,
                 fp8 / fp8_rw_copy,
                 best_time / nv_rw_copy,
+                fp8_device / fp8_copy,
             )
             .unwrap();
             println!(
                 "C={c:5} T={t:7}: fp8 {fp8:8.2} us (copy {fp8_copy:8.2}, x{:.3}) | nvfp4 heuristic \
                  {h_time:8.2} us, best {best_time:8.2} us {} (copy {nv_copy:8.2}, x{:.3}, \
                  heuristic x{:.3}) | read-heavy copies: fp8 {fp8_rw_copy:8.2} us (x{:.3}; two \
-                 loads per unit {fp8_two_to_one:8.2} us), nvfp4 {nv_rw_copy:8.2} us (x{:.3})",
+                 loads per unit {fp8_two_to_one:8.2} us), nvfp4 {nv_rw_copy:8.2} us (x{:.3}) | fp8 \
+                 device scale {fp8_device:8.2} us (x{:.3})",
                 fp8 / fp8_copy,
                 best.0,
                 best_time / nv_copy,
                 h_time / nv_copy,
                 fp8 / fp8_rw_copy,
                 best_time / nv_rw_copy,
+                fp8_device / fp8_copy,
             );
         }
     }
