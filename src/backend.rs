@@ -84,16 +84,7 @@ pub trait RmsNormSiluBackend: Backend {
 
     /// [`Self::rms_norm_silu_fp8`] that also returns `amax = max |y|` over the tensor (before
     /// scaling; NaN if any `y` is NaN) as a one-element f32 tensor, from the same kernel.
-    #[fusion(meta = |x, _gamma, _norm, _activation, _scale| (
-        burn::backend::fusion::custom::TensorSpec::new(
-            x.shape.clone(),
-            burn::tensor::DType::QFloat(crate::formats::fp8_scheme()),
-        ),
-        burn::backend::fusion::custom::TensorSpec::new(
-            burn::tensor::Shape::new([1]),
-            burn::tensor::DType::F32,
-        ),
-    ))]
+    #[fusion(meta = |x, _gamma, _norm, _activation, _scale| crate::formats::fp8_amax_specs(&x.shape))]
     fn rms_norm_silu_fp8_amax(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -108,16 +99,7 @@ pub trait RmsNormSiluBackend: Backend {
     /// a one-element f32 tensor the kernel reads, and the quantised tensor's decode scale
     /// `1 / scale` is written on the device too, so a delayed-scaling loop (this step's scale
     /// from earlier steps' amax) never waits for the host.
-    #[fusion(meta = |x, _gamma, _scale, _norm, _activation| (
-        burn::backend::fusion::custom::TensorSpec::new(
-            x.shape.clone(),
-            burn::tensor::DType::QFloat(crate::formats::fp8_scheme()),
-        ),
-        burn::backend::fusion::custom::TensorSpec::new(
-            burn::tensor::Shape::new([1]),
-            burn::tensor::DType::F32,
-        ),
-    ))]
+    #[fusion(meta = |x, _gamma, _scale, _norm, _activation| crate::formats::fp8_amax_specs(&x.shape))]
     fn rms_norm_silu_fp8_device_scale(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

@@ -17,6 +17,20 @@ pub fn fp8_scheme() -> QuantScheme {
         .per_tensor(ScaleDtype::F32)
 }
 
+/// What Fusion records for an FP8 op with amax: the codes (`shape`, FP8 `QFloat`) and one f32.
+pub(crate) fn fp8_amax_specs(
+    shape: &burn::tensor::Shape,
+) -> (
+    burn::backend::fusion::custom::TensorSpec,
+    burn::backend::fusion::custom::TensorSpec,
+) {
+    use burn::backend::fusion::custom::TensorSpec;
+    (
+        TensorSpec::new(shape.clone(), burn::tensor::DType::QFloat(fp8_scheme())),
+        TensorSpec::new(burn::tensor::Shape::new([1]), burn::tensor::DType::F32),
+    )
+}
+
 /// Backends without the fused kernel: refused. Composing the op and Burn's `quantize` would be
 /// the obvious fallback, but Burn's E4M3 quantisation on Flex rounds to the integer grid (0.2
 /// becomes 0), a wrong answer; a clear error is better.

@@ -25,7 +25,9 @@ mod backward;
 mod quantized;
 
 pub use backward::backward;
-pub use quantized::{KernelScale, forward_fp8, forward_nvfp4, forward_nvfp4_parts};
+pub use quantized::{
+    KernelScale, forward_fp8, forward_fp8_amax, forward_nvfp4, forward_nvfp4_parts,
+};
 
 impl RmsNormSiluBackend for CubeBackend {
     fn rms_norm_silu(
@@ -75,21 +77,7 @@ impl RmsNormSiluBackend for CubeBackend {
         activation: Activation,
         scale: f32,
     ) -> (CubeTensor, CubeTensor) {
-        let amax = empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            burn::tensor::Shape::new([1]),
-            DType::F32,
-        );
-        let q = forward_fp8(
-            x,
-            gamma,
-            norm,
-            activation,
-            KernelScale::Host(scale),
-            Some(amax.handle.clone()),
-        );
-        (q, amax)
+        forward_fp8_amax(x, gamma, norm, activation, KernelScale::Host(scale))
     }
 
     fn rms_norm_silu_fp8_device_scale(
@@ -99,21 +87,8 @@ impl RmsNormSiluBackend for CubeBackend {
         norm: NormParams,
         activation: Activation,
     ) -> (CubeTensor, CubeTensor) {
-        let amax = empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            burn::tensor::Shape::new([1]),
-            DType::F32,
-        );
-        let q = forward_fp8(
-            x,
-            gamma,
-            norm,
-            activation,
-            KernelScale::Device(scale.handle.clone()),
-            Some(amax.handle.clone()),
-        );
-        (q, amax)
+        let scale = KernelScale::Device(scale.handle.clone());
+        forward_fp8_amax(x, gamma, norm, activation, scale)
     }
 
     fn rms_norm_silu_nvfp4(

@@ -51,6 +51,24 @@ pub fn forward_fp8(
     q
 }
 
+/// [`forward_fp8`] that also returns `max |y|` as a new one-element f32 tensor.
+pub fn forward_fp8_amax(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    norm: NormParams,
+    activation: Activation,
+    scale: KernelScale,
+) -> (CubeTensor, CubeTensor) {
+    let amax = empty_device_contiguous_dtype(
+        x.client.clone(),
+        x.device.clone(),
+        burn::tensor::Shape::new([1]),
+        DType::F32,
+    );
+    let q = forward_fp8(x, gamma, norm, activation, scale, Some(amax.handle.clone()));
+    (q, amax)
+}
+
 /// A new dense quantised tensor of `shape` on `rows`' device, with its values and block (or
 /// per-tensor) scales as raw tensors for a kernel to write.
 pub(crate) fn empty_quantized(
