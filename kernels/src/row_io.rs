@@ -92,12 +92,12 @@ pub(crate) fn stage_words<W: Size>(
     }
 }
 
-/// The rows of `x` as the kernel reads them: how many, the distance between two rows and the
-/// vectors of a row (all in vectors of `x`).
+/// Rows as a kernel reads them: how many, the distance between two rows and the vectors of a
+/// row (both in vectors).
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct RowLayout {
     pub rows: usize,
-    pub x_row_stride: usize,
+    pub row_stride: usize,
     pub vecs_per_row: usize,
 }
 
@@ -117,8 +117,7 @@ pub(crate) fn load_rows<T: Scalar, W: Size>(
     layout: RowLayout,
     #[comptime] cfg: RowConfig,
 ) {
-    let (rows, x_row_stride, vecs_per_row) =
-        (layout.rows, layout.x_row_stride, layout.vecs_per_row);
+    let (rows, x_row_stride, vecs_per_row) = (layout.rows, layout.row_stride, layout.vecs_per_row);
     let lanes = comptime![cfg.lanes_per_row as usize];
     let vpl = comptime![cfg.vectors_per_lane];
     #[unroll]

@@ -28,7 +28,7 @@ use crate::knobs::LaneReduce;
 use crate::lanes::{horizontal_sum, tree_sum};
 use crate::params::{Activation, NormParams};
 use crate::problem::KernelError;
-use crate::row_io::stage_words;
+use crate::row_io::{RowLayout, stage_words};
 
 mod knobs;
 mod launch;
@@ -231,8 +231,11 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                 &mut next_x,
                 &mut next_dy,
                 group * rows_per_cube + y,
-                rows,
-                vecs_per_row,
+                RowLayout {
+                    rows,
+                    row_stride: vecs_per_row,
+                    vecs_per_row,
+                },
                 cfg,
             );
             // Gamma after the first group's loads: loaded (and converted) before them, as it
@@ -262,8 +265,11 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
                     &mut next_x,
                     &mut next_dy,
                     next * rows_per_cube + y,
-                    rows,
-                    vecs_per_row,
+                    RowLayout {
+                        rows,
+                        row_stride: vecs_per_row,
+                        vecs_per_row,
+                    },
                     cfg,
                 );
             }
@@ -274,7 +280,19 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
         let mut x_raw = Array::<Vector<E, N>>::new(raw_len);
         let mut dy_raw = Array::<Vector<E, N>>::new(raw_len);
         if comptime![!cfg.prefetch] {
-            load_row_words::<E, N>(x, dy, &mut x_raw, &mut dy_raw, row, rows, vecs_per_row, cfg);
+            load_row_words::<E, N>(
+                x,
+                dy,
+                &mut x_raw,
+                &mut dy_raw,
+                row,
+                RowLayout {
+                    rows,
+                    row_stride: vecs_per_row,
+                    vecs_per_row,
+                },
+                cfg,
+            );
         }
         let mut acc = Vector::<f32, N>::new(0.0f32);
         #[unroll]
@@ -351,7 +369,6 @@ pub fn rms_norm_backward_rows<E: Float, G: Float, N: Size, W: Size>(
 /// 32-bit words for the prefetch, as they are without it. A row past the end or a column past
 /// the row loads the last one instead (the readers mask those slots), so the loads carry no
 /// predicate and are all in flight together.
-#[allow(clippy::too_many_arguments)]
 #[cube]
 fn load_row_words<T: Scalar, W: Size>(
     x_words: &[Vector<T, W>],
@@ -359,12 +376,12 @@ fn load_row_words<T: Scalar, W: Size>(
     next_x: &mut Array<Vector<T, W>>,
     next_dy: &mut Array<Vector<T, W>>,
     row: usize,
-    rows: usize,
-    vecs_per_row: usize,
+    layout: RowLayout,
     #[comptime] cfg: BackwardConfig,
 ) {
+    let (rows, row_stride, vecs_per_row) = (layout.rows, layout.row_stride, layout.vecs_per_row);
     let lanes = comptime![cfg.lanes_per_row as usize];
-    let base = select(row < rows, row, rows - 1) * vecs_per_row;
+    let base = select(row < rows, row, rows - 1) * row_stride;
     #[unroll]
     for i in 0..comptime![cfg.vectors_per_lane] {
         let j = UNIT_POS_X as usize + i * lanes;

@@ -16,23 +16,31 @@ use crate::problem::KernelError;
 use crate::row_io::words_to_f32;
 use crate::select::widest_vector;
 
+/// Where a tile's words lie (in vectors): tiles per batch, position vectors per channel, and the
+/// batch and channel strides.
+#[derive(CubeType, Clone, Copy)]
+struct TileLayout {
+    tiles_per_batch: usize,
+    position_vectors: usize,
+    batch_stride: usize,
+    channel_stride: usize,
+}
+
 /// The backward's loads of one tile (this unit's position vector and channels) as 32-bit
 /// words, as the unconditional loads of the plain path: an inactive position or a channel past
 /// C reads a valid word vector that is not used.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn load_tile_words<W: Size>(
     x_words: &[Vector<u32, W>],
     dy_words: &[Vector<u32, W>],
     next_x: &mut Array<Vector<u32, W>>,
     next_dy: &mut Array<Vector<u32, W>>,
     tile: usize,
-    tiles_per_batch: usize,
-    position_vectors: usize,
-    batch_stride: usize,
-    channel_stride: usize,
+    layout: TileLayout,
     #[comptime] cfg: ChannelsConfig,
 ) {
+    let (tiles_per_batch, position_vectors) = (layout.tiles_per_batch, layout.position_vectors);
+    let (batch_stride, channel_stride) = (layout.batch_stride, layout.channel_stride);
     let px = comptime![cfg.position_units as usize];
     let groups = comptime![cfg.channel_groups as usize];
     let batch = tile / tiles_per_batch;
@@ -129,10 +137,12 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
                 &mut next_x,
                 &mut next_dy,
                 tile,
-                tiles_per_batch,
-                position_vectors,
-                batch_stride,
-                channel_stride,
+                TileLayout {
+                    tiles_per_batch,
+                    position_vectors,
+                    batch_stride,
+                    channel_stride,
+                },
                 cfg,
             );
         }
@@ -163,10 +173,12 @@ pub fn rms_norm_channels_backward<E: Float, G: Float, N: Size, W: Size>(
                     &mut next_x,
                     &mut next_dy,
                     next,
-                    tiles_per_batch,
-                    position_vectors,
-                    batch_stride,
-                    channel_stride,
+                    TileLayout {
+                        tiles_per_batch,
+                        position_vectors,
+                        batch_stride,
+                        channel_stride,
+                    },
                     cfg,
                 );
             }

@@ -188,7 +188,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                     group * rows_per_step + y,
                     RowLayout {
                         rows,
-                        x_row_stride,
+                        row_stride: x_row_stride,
                         vecs_per_row,
                     },
                     cfg,
@@ -211,7 +211,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         next * rows_per_step + y,
                         RowLayout {
                             rows,
-                            x_row_stride,
+                            row_stride: x_row_stride,
                             vecs_per_row,
                         },
                         cfg,
@@ -240,7 +240,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         first_row,
                         RowLayout {
                             rows,
-                            x_row_stride,
+                            row_stride: x_row_stride,
                             vecs_per_row,
                         },
                         cfg,
@@ -253,7 +253,7 @@ pub fn rms_norm_rows<E: Float, G: Float, O: Float, N: Size, W: Size, V: Size>(
                         first_row,
                         RowLayout {
                             rows,
-                            x_row_stride,
+                            row_stride: x_row_stride,
                             vecs_per_row,
                         },
                         cfg,
