@@ -1,7 +1,7 @@
 //! The public functions: argument checks, then one call of the backend extension.
 
 use burn::backend::Dispatch;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Device, Tensor};
 
 use crate::backend::RmsNormSiluBackend;
 use crate::composed::is_supported_float;
@@ -314,6 +314,20 @@ pub(crate) fn check_arguments<const D: usize>(
          gamma on {gamma_device:?}"
     );
     channels
+}
+
+/// Panics unless `value` (argument `arg` of `op`) is one f32 element on `device`: the
+/// quantised outputs' device-side scales and amaxes.
+pub(crate) fn check_device_value(op: &str, arg: &str, value: &Tensor<1>, device: &Device) {
+    let (dims, dtype, on) = (value.dims(), value.dtype(), value.device());
+    assert!(
+        dims == [1] && dtype == DType::F32,
+        "{op}: `{arg}` must be one f32 element, got shape {dims:?} of {dtype:?}"
+    );
+    assert!(
+        &on == device,
+        "{op}: `{arg}` must be on the device of `x` ({device:?}), got {on:?}"
+    );
 }
 
 /// What the op can do on a device: ask before calling instead of meeting the quantised entry

@@ -118,6 +118,19 @@ impl<B: Backend + RmsNormSiluBackend, C: CheckpointStrategy> RmsNormSiluBackend 
         B::rms_norm_silu_nvfp4(x, gamma, norm, activation, recipe, s_enc)
     }
 
+    fn rms_norm_silu_nvfp4_device_amax(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        amax: FloatTensor<Self>,
+        norm: NormParams,
+        activation: Activation,
+    ) -> QuantizedTensor<Self> {
+        let (x, _) = x.into_parts();
+        let (gamma, _) = gamma.into_parts();
+        let (amax, _) = amax.into_parts();
+        B::rms_norm_silu_nvfp4_device_amax(x, gamma, amax, norm, activation)
+    }
+
     fn rms_norm_silu_nvfp4_parts(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

@@ -126,6 +126,23 @@ pub trait RmsNormSiluBackend: Backend {
         crate::formats::unsupported_nvfp4::<Self, _>(x, gamma, norm, activation, recipe, s_enc)
     }
 
+    /// [`Self::rms_norm_silu_nvfp4`] with TransformerEngine's recipe and its global encode scale
+    /// `s_enc = 448 * 6 / amax` (1 where amax is 0 or not finite) from a tensor amax on the
+    /// device (one f32 element): the kernel computes `s_enc` and writes the decode scale
+    /// `1 / s_enc` itself, so no host round trip.
+    #[fusion(dtype = burn::tensor::DType::QFloat(crate::formats::nvfp4_scheme()), shape = x)]
+    fn rms_norm_silu_nvfp4_device_amax(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        amax: FloatTensor<Self>,
+        norm: NormParams,
+        activation: Activation,
+    ) -> QuantizedTensor<Self> {
+        let _ = amax;
+        let recipe = Fp4Recipe::TransformerEngine;
+        crate::formats::unsupported_nvfp4::<Self, _>(x, gamma, norm, activation, recipe, 1.0)
+    }
+
     /// [`Self::rms_norm_silu_nvfp4`] as raw parts: the values `[rows, C / 2]` and the scales
     /// (row-major `[rows * C / 16]`, or the cuBLASLt 128x4 swizzled layout, as `layout` says),
     /// both u8.

@@ -7,7 +7,9 @@
 
 use burn::tensor::Tensor;
 
-use crate::api::{RmsNormSiluOptions, check_arguments, over_last_axis, restore_axis};
+use crate::api::{
+    RmsNormSiluOptions, check_arguments, check_device_value, over_last_axis, restore_axis,
+};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::fp8_scheme;
 use burn::backend::Dispatch;
@@ -113,16 +115,7 @@ pub fn rms_norm_silu_fp8_delayed<const D: usize>(
 ) -> (Tensor<D>, Tensor<1>) {
     let (x, options, back) = over_last_axis(x, options);
     let (params, activation) = fp8_arguments(&x, &gamma, &options, 1.0);
-    let (dims, dtype, device) = (scale.dims(), scale.dtype(), scale.device());
-    assert!(
-        dims == [1] && dtype == burn::tensor::DType::F32,
-        "rms_norm_silu_fp8_delayed: `scale` must be one f32 element, got shape {dims:?} of {dtype:?}"
-    );
-    assert!(
-        device == x.device(),
-        "rms_norm_silu_fp8_delayed: `scale` must be on the device of `x` ({:?}), got {device:?}",
-        x.device()
-    );
+    check_device_value("rms_norm_silu_fp8_delayed", "scale", &scale, &x.device());
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_device_scale(
         x.into_dispatch(),
         gamma.into_dispatch(),

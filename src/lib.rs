@@ -63,8 +63,8 @@ pub use fp8::{
 };
 pub use module::{RmsNormSilu, RmsNormSiluConfig};
 pub use nvfp4::{
-    Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_parts,
-    rms_norm_silu_nvfp4_with,
+    Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_device_amax,
+    rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,
 };
 pub use output::{Fp8Scale, Normalized, OutputFormat, rms_norm_silu_as};
 pub use rmsnorm_silu_kernels as kernels;

@@ -15,7 +15,9 @@
 
 use burn::tensor::{Int, Tensor};
 
-use crate::api::{RmsNormSiluOptions, check_arguments, over_last_axis, restore_axis};
+use crate::api::{
+    RmsNormSiluOptions, check_arguments, check_device_value, over_last_axis, restore_axis,
+};
 use crate::backend::RmsNormSiluBackend;
 pub use crate::formats::nvfp4_scheme;
 use burn::backend::Dispatch;
@@ -117,6 +119,39 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
         activation,
         recipe,
         s_enc,
+    );
+    restore_axis(Tensor::from_dispatch(out), back)
+}
+
+/// [`rms_norm_silu_nvfp4_with`] with TransformerEngine's recipe and `s_enc = 448 * 6 / amax`
+/// from a tensor amax kept on the device (one f32 element on `x`'s device, e.g. this step's
+/// `max |y|` from the previous one): the kernel computes `s_enc` (1 where amax is 0 or not
+/// finite, as [`Nvfp4Scaling::TensorAmax`]) and writes the decode scale itself, so nothing
+/// waits for the host.
+///
+/// # Panics
+/// As [`rms_norm_silu_nvfp4_with`], and when `amax` is not one f32 element on `x`'s device.
+pub fn rms_norm_silu_nvfp4_device_amax<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    options: RmsNormSiluOptions,
+    amax: Tensor<1>,
+) -> Tensor<D> {
+    let (x, options, back) = over_last_axis(x, options);
+    let (params, activation, _, _) =
+        nvfp4_arguments(&x, &gamma, &options, Nvfp4Scaling::TensorAmax(1.0));
+    check_device_value(
+        "rms_norm_silu_nvfp4_device_amax",
+        "amax",
+        &amax,
+        &x.device(),
+    );
+    let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_device_amax(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        amax.into_dispatch(),
+        params,
+        activation,
     );
     restore_axis(Tensor::from_dispatch(out), back)
 }

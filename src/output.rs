@@ -6,7 +6,8 @@ use burn::tensor::Tensor;
 use crate::api::{RmsNormSiluOptions, rms_norm_silu_with};
 use crate::fp8::{rms_norm_silu_fp8_amax, rms_norm_silu_fp8_delayed, rms_norm_silu_fp8_with};
 use crate::nvfp4::{
-    Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,
+    Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4_device_amax,
+    rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,
 };
 
 /// Where an FP8 output's quantisation scale lives.
@@ -33,6 +34,9 @@ pub enum OutputFormat {
     Fp8 { scale: Fp8Scale, amax: bool },
     /// NVFP4 as a `QFloat` tensor.
     Nvfp4 { scaling: Nvfp4Scaling },
+    /// NVFP4 as a `QFloat` tensor, TransformerEngine's recipe with its global scale from a
+    /// tensor amax on the device (see [`crate::rms_norm_silu_nvfp4_device_amax`]).
+    Nvfp4DeviceAmax { amax: Tensor<1> },
     /// NVFP4 as raw parts for a block-scaled GEMM, the scales in `layout`.
     Nvfp4Parts {
         scaling: Nvfp4Scaling,
@@ -44,7 +48,8 @@ pub enum OutputFormat {
 #[derive(Clone, Debug)]
 pub enum Normalized<const D: usize> {
     /// [`OutputFormat::Input`], [`OutputFormat::Fp8`] without amax and
-    /// [`OutputFormat::Nvfp4`]: one tensor (`QFloat` for the quantised formats).
+    /// [`OutputFormat::Nvfp4`] / [`OutputFormat::Nvfp4DeviceAmax`]: one tensor (`QFloat` for the
+    /// quantised formats).
     Tensor(Tensor<D>),
     /// [`OutputFormat::Fp8`] with amax: the codes and `max |y|` (one f32 element).
     Fp8WithAmax { values: Tensor<D>, amax: Tensor<1> },
@@ -104,6 +109,9 @@ pub fn rms_norm_silu_as<const D: usize>(
         }
         OutputFormat::Nvfp4 { scaling } => {
             Normalized::Tensor(rms_norm_silu_nvfp4_with(x, gamma, options, scaling))
+        }
+        OutputFormat::Nvfp4DeviceAmax { amax } => {
+            Normalized::Tensor(rms_norm_silu_nvfp4_device_amax(x, gamma, options, amax))
         }
         OutputFormat::Nvfp4Parts { scaling, layout } => Normalized::Nvfp4Parts(
             rms_norm_silu_nvfp4_parts(x, gamma, options, scaling, layout),

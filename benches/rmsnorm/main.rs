@@ -264,6 +264,7 @@ impl Buffers {
                 recipe: Fp4Recipe::TransformerEngine,
                 layout: ScaleLayout::RowMajor,
                 s_enc: 100.0,
+                device_amax: None,
             },
             self.problem,
             self.norm(),

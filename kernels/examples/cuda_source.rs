@@ -213,6 +213,8 @@ fn nvfp4(args: &[String]) {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
+        ComptimeOptionCompilationArg::None,
+        ComptimeOptionCompilationArg::None,
         (),
         (),
         (),

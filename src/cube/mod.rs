@@ -12,7 +12,7 @@ use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::server::{Handle, MemoryLayoutStrategy};
 use rmsnorm_silu_kernels::forward::{DeviceScale, OutputTarget, launch_forward_to};
 use rmsnorm_silu_kernels::nvfp4::{
-    Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
+    DeviceAmax, Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
 };
 use rmsnorm_silu_kernels::params::Output;
 use rmsnorm_silu_kernels::quant::{launch_reciprocal, write_f32};
@@ -26,7 +26,7 @@ mod quantized;
 
 pub use backward::backward;
 pub use quantized::{
-    KernelScale, forward_fp8, forward_fp8_amax, forward_nvfp4, forward_nvfp4_parts,
+    Fp4Scale, KernelScale, forward_fp8, forward_fp8_amax, forward_nvfp4, forward_nvfp4_parts,
 };
 
 impl RmsNormSiluBackend for CubeBackend {
@@ -99,7 +99,18 @@ impl RmsNormSiluBackend for CubeBackend {
         recipe: Fp4Recipe,
         s_enc: f32,
     ) -> CubeTensor {
-        forward_nvfp4(x, gamma, norm, activation, recipe, s_enc)
+        forward_nvfp4(x, gamma, norm, activation, Fp4Scale::Host { recipe, s_enc })
+    }
+
+    fn rms_norm_silu_nvfp4_device_amax(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        amax: CubeTensor,
+        norm: NormParams,
+        activation: Activation,
+    ) -> CubeTensor {
+        let amax = Fp4Scale::DeviceAmax(amax.handle.clone());
+        forward_nvfp4(x, gamma, norm, activation, amax)
     }
 
     fn rms_norm_silu_nvfp4_parts(

@@ -88,31 +88,51 @@ pub(crate) fn empty_quantized(
     (q, values, scales)
 }
 
+/// How the NVFP4 kernel gets TransformerEngine's global encode scale, or that it has none.
+pub enum Fp4Scale {
+    /// `recipe` with a host `s_enc` (ignored by cuDNN's recipe).
+    Host { recipe: Fp4Recipe, s_enc: f32 },
+    /// TransformerEngine's recipe with `s_enc = 448 * 6 / amax` from the tensor amax in the
+    /// first f32 of this device buffer.
+    DeviceAmax(Handle),
+}
+
 /// The NVFP4 kernel writing into a new quantised tensor's values and block scales; its
-/// per-tensor scale word is the decode scale (`1 / s_enc`, or 1 for cuDNN's recipe).
+/// per-tensor scale word is the decode scale (`1 / s_enc`, or 1 for cuDNN's recipe: written
+/// from the host, or by the kernel for a device amax).
 pub fn forward_nvfp4(
     x: CubeTensor,
     gamma: CubeTensor,
     norm: NormParams,
     activation: Activation,
-    recipe: Fp4Recipe,
-    s_enc: f32,
+    scale: Fp4Scale,
 ) -> CubeTensor {
     let shape = x.shape();
     let rows = RowInputs::new(x, gamma);
     let (q, values, scales) = empty_quantized(shape, crate::formats::nvfp4_scheme(), &rows);
     let global = q.global().expect("NVFP4 has a per-tensor scale");
-    let decode = match recipe {
-        Fp4Recipe::Cudnn => 1.0,
-        Fp4Recipe::TransformerEngine => 1.0 / s_enc,
+    let (recipe, s_enc, device_amax) = match scale {
+        Fp4Scale::Host { recipe, s_enc } => {
+            let decode = match recipe {
+                Fp4Recipe::Cudnn => 1.0,
+                Fp4Recipe::TransformerEngine => 1.0 / s_enc,
+            };
+            write_f32(&rows.x.client, global.handle.clone(), decode);
+            (recipe, s_enc, None)
+        }
+        Fp4Scale::DeviceAmax(amax) => {
+            let decode = global.handle.clone();
+            let device = DeviceAmax { amax, decode };
+            (Fp4Recipe::TransformerEngine, 1.0, Some(device))
+        }
     };
-    write_f32(&rows.x.client, global.handle.clone(), decode);
     let target = Fp4Target {
         codes: values.handle.clone(),
         scales: scales.handle.clone(),
         recipe,
         layout: ScaleLayout::RowMajor,
         s_enc,
+        device_amax,
     };
     rows.launch_nvfp4(target, norm, activation);
     q
@@ -150,6 +170,7 @@ pub fn forward_nvfp4_parts(
         recipe,
         layout,
         s_enc,
+        device_amax: None,
     };
     rows.launch_nvfp4(target, norm, activation);
     (values, scales)

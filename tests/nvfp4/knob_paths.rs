@@ -165,6 +165,7 @@ fn nvfp4_packed_rows_need_whole_planes() {
             recipe: Fp4Recipe::Cudnn,
             layout: ScaleLayout::RowMajor,
             s_enc: 1.0,
+            device_amax: None,
         },
         RowsProblem::dense(8, 160),
         NormParams::rms(1e-6),

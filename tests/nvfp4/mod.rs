@@ -22,6 +22,7 @@ use crate::kernel_knobs::{cube_device, elem, upload};
 
 // The encoding against the host, every knob path, and the public API with its refusals.
 mod api;
+mod device_amax;
 mod encoding;
 mod knob_paths;
 
@@ -155,6 +156,7 @@ fn launch_with(
         recipe,
         layout,
         s_enc,
+        device_amax: None,
     };
     launch_forward_nvfp4(
         &client,

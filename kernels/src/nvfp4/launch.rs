@@ -12,8 +12,29 @@ pub struct Fp4Target {
     pub scales: Handle,
     pub recipe: Fp4Recipe,
     pub layout: ScaleLayout,
-    /// The global encode scale `s_enc` of [`Fp4Recipe::TransformerEngine`] (ignored by cuDNN's).
+    /// The global encode scale `s_enc` of [`Fp4Recipe::TransformerEngine`] (ignored by cuDNN's
+    /// and when [`Self::device_amax`] is given).
     pub s_enc: f32,
+    /// TransformerEngine's recipe with `s_enc` from a tensor amax on the device.
+    pub device_amax: Option<DeviceAmax>,
+}
+
+/// A tensor amax on the device for TransformerEngine's recipe: the kernel reads `amax[0]`,
+/// takes `s_enc = 448 * 6 / amax` (1 for an amax that is 0 or not finite) and writes `1 / s_enc`
+/// into `decode` (a quantised tensor's per-tensor scale word), both f32.
+#[derive(Clone, Debug)]
+pub struct DeviceAmax {
+    pub amax: Handle,
+    pub decode: Handle,
+}
+
+/// `decode[0] = 1 / s_enc` for the tensor amax `amax[0]` (what the kernel writes; for zero rows,
+/// where it does not run).
+#[cube(launch_unchecked)]
+fn rms_norm_nvfp4_decode_scale(amax: &[f32], decode: &mut [f32]) {
+    if ABSOLUTE_POS == 0 {
+        decode[0] = 1.0f32 / te_global_scale(amax[0]);
+    }
 }
 
 /// Launches the NVFP4 kernel (and, for the swizzled layout, the padding fill). `problem.channels`
@@ -77,6 +98,17 @@ pub fn launch_forward_nvfp4(
         }
     }
     if rows == 0 {
+        if let Some(device) = target.device_amax {
+            unsafe {
+                rms_norm_nvfp4_decode_scale::launch_unchecked(
+                    client,
+                    CubeCount::new_1d(1),
+                    CubeDim::new_1d(1),
+                    BufferArg::from_raw_parts(device.amax, 1),
+                    BufferArg::from_raw_parts(device.decode, 1),
+                );
+            }
+        }
         return Ok(());
     }
     let hw = &client.properties().hardware;
@@ -163,6 +195,7 @@ pub fn launch_forward_nvfp4(
         raw_cache: knobs.raw_cache,
         moderate_global_scale: fast_math
             && target.recipe == Fp4Recipe::TransformerEngine
+            && target.device_amax.is_none()
             && target.s_enc <= MODERATE_GLOBAL_SCALE
             && target.s_enc >= 1.0 / MODERATE_GLOBAL_SCALE,
         pair_encoder: fast_math && has_pair_encoder(client),
@@ -206,6 +239,16 @@ pub fn launch_forward_nvfp4(
             BufferArg::from_raw_parts(gamma, gamma_words_len),
             BufferArg::from_raw_parts(target.codes, rows * blocks),
             BufferArg::from_raw_parts(target.scales, scales_len),
+            target
+                .device_amax
+                .as_ref()
+                .map(|d| BufferArg::from_raw_parts(d.amax.clone(), 1))
+                .into(),
+            target
+                .device_amax
+                .as_ref()
+                .map(|d| BufferArg::from_raw_parts(d.decode.clone(), 1))
+                .into(),
             rows,
             blocks,
             x_row_stride / v,

@@ -46,7 +46,9 @@ pub use encode::{
     E2M1_UNSATURATED_BELOW, e2m1_code, e2m1_magnitude_bits, e2m1_unsaturated_code,
     has_pair_encoder, packed_word,
 };
-pub use launch::{Fp4Target, launch_codec_probe, launch_forward_nvfp4, rms_norm_nvfp4_codec_probe};
+pub use launch::{
+    DeviceAmax, Fp4Target, launch_codec_probe, launch_forward_nvfp4, rms_norm_nvfp4_codec_probe,
+};
 use load::{
     BlockAt, fill_gamma_shared, load_f32, load_gamma_block, load_lane_gamma, load_lane_raw,
     load_lane_row, write_streamed_row,
@@ -188,6 +190,14 @@ impl Fp4Config {
 /// lanes writes contiguous bytes, where two 4-byte stores each touched every other word).
 pub(crate) type CodeWords = Vector<u32, Const<2>>;
 
+/// TransformerEngine's global encode scale `448 * 6 / amax` for a usable tensor amax (finite,
+/// > 0), else 1: the device form of [`crate::formats::te_global_scale`] (the same f32 quotient).
+#[cube]
+pub fn te_global_scale(amax: f32) -> f32 {
+    let usable = amax > 0.0f32 && !amax.is_inf();
+    select(usable, 2688.0f32 / amax, 1.0f32)
+}
+
 /// The NVFP4 kernel. `x` and `gamma` are vectors of `N` elements (`16 % N == 0`); `codes` holds
 /// one pair of words per block (8 bytes, element `2i` in the low nibble of byte `i`), rows dense;
 /// `scales` one `S` (E4M3) per block at `scale_offset`.
@@ -200,6 +210,8 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     gamma_words: &[Vector<u32, W>],
     codes: &mut [CodeWords],
     scales: &mut [S],
+    device_amax: ComptimeOption<&[f32]>,
+    decode_scale: ComptimeOption<&mut [f32]>,
     rows: usize,
     blocks: usize,
     x_row_stride: usize,
@@ -211,6 +223,16 @@ pub fn rms_norm_nvfp4_rows<E: Float, G: Float, S: Float, N: Size, W: Size>(
     #[comptime] cfg: Fp4Config,
     #[define(E, G, S)] _types: [ElemType; 3],
 ) {
+    // TransformerEngine's recipe with the tensor amax on the device: `s_enc` from it here (as
+    // the host's `te_global_scale`), and the first unit writes the quantised tensor's decode
+    // scale `1 / s_enc` (the launch never takes the moderate-scale fast path then).
+    let from_amax: ComptimeOption<f32> = device_amax.map(|a| te_global_scale(a[0]));
+    let s_enc = from_amax.unwrap_or_else(|| s_enc);
+    let _: ComptimeOption<()> = decode_scale.map(|word| {
+        if ABSOLUTE_POS == 0 {
+            word[0] = 1.0f32 / s_enc;
+        }
+    });
     let lanes = comptime![cfg.lanes_per_row as usize];
     let rows_per_cube = comptime![cfg.rows_per_cube as usize];
     let rpu = comptime![cfg.rows_per_unit as usize];
