@@ -124,10 +124,10 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
 }
 
 /// [`rms_norm_silu_nvfp4_with`] with TransformerEngine's recipe and `s_enc = 448 * 6 / amax`
-/// from a tensor amax kept on the device (one f32 element on `x`'s device, e.g. this step's
-/// `max |y|` from the previous one): the kernel computes `s_enc` (1 where amax is 0 or not
-/// finite, as [`Nvfp4Scaling::TensorAmax`]) and writes the decode scale itself, so nothing
-/// waits for the host.
+/// from a tensor amax kept on the device (one f32 element on `x`'s device, e.g. the `max |y|`
+/// of an earlier step from [`crate::rms_norm_silu_fp8_amax`], or a Burn reduction): the kernel
+/// computes `s_enc` (1 where amax is 0 or not finite, as [`Nvfp4Scaling::TensorAmax`]) and
+/// writes the decode scale itself, so nothing waits for the host.
 ///
 /// # Panics
 /// As [`rms_norm_silu_nvfp4_with`], and when `amax` is not one f32 element on `x`'s device.
