@@ -15,6 +15,20 @@ pub(crate) fn inv_rms(sum_sq: f32, inv_channels: f32, eps: f32, floor: f32) -> f
     d.inverse_sqrt()
 }
 
+/// [`inv_rms`] for a vector of positions (the channels-first kernels: one sum per position);
+/// callers scale eps as `(eps * p) * p` for a prescaled sum (`p * p` alone overflows for the
+/// underflow prescale).
+#[cube]
+pub(crate) fn inv_rms_vector<N: Size>(
+    acc: Vector<f32, N>,
+    inv_channels: f32,
+    eps: Vector<f32, N>,
+    floor: Vector<f32, N>,
+) -> Vector<f32, N> {
+    let d = acc * Vector::new(inv_channels) + eps;
+    Vector::inverse_sqrt(select_many(d.less_than(&floor), floor, d))
+}
+
 /// SiLU as `v * sigmoid(v)` with `sigmoid(v) = rsqrt(1 + e)^2`, `e = exp(-v)`: NVRTC compiles
 /// a plain division to the IEEE-exact sequence (about ten instructions), which makes the kernel
 /// compute-bound on an H200; the reciprocal square root is one special-function instruction

@@ -10,7 +10,7 @@ use super::{
     ChannelsConfig, ChannelsLimits, ChannelsProblem, channel_groups_sum, group_sum_len, load_gamma,
     next_tile, plane_groups, tiled_shape, vector_for,
 };
-use crate::activation::{LOG2_E, activate, silu_from_exponent};
+use crate::activation::{LOG2_E, activate, inv_rms_vector, silu_from_exponent};
 use crate::device::{has_ptx_math, threads_per_sm};
 use crate::params::{Activation, NormParams};
 use crate::problem::{KernelError, RowOperands};
@@ -228,19 +228,6 @@ fn channel_sum_sq<E: Float, N: Size>(
         acc += v * v;
     }
     acc
-}
-
-/// `1 / sqrt(max(sum / C + eps, floor))` per position; a NaN mean stays NaN. (Callers scale
-/// eps as `(eps * p) * p`: `p * p` alone overflows for the underflow prescale.)
-#[cube]
-fn inv_rms_vector<N: Size>(
-    acc: Vector<f32, N>,
-    inv_channels: f32,
-    eps: Vector<f32, N>,
-    floor: Vector<f32, N>,
-) -> Vector<f32, N> {
-    let d = acc * Vector::new(inv_channels) + eps;
-    Vector::inverse_sqrt(select_many(d.less_than(&floor), floor, d))
 }
 
 /// Launches the channels-first kernel with [`channels_config`]'s shape; does nothing when
