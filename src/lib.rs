@@ -18,7 +18,8 @@
 //!   `_with` entry point honours.
 //! - [`rms_norm_silu_fp8`], [`rms_norm_silu_nvfp4`]: quantised outputs (FP8 E4M3, NVFP4) as
 //!   Burn `QFloat` tensors, over any axis, and [`rms_norm_silu_nvfp4_parts`] for block-scaled
-//!   GEMMs.
+//!   GEMMs; [`rms_norm_silu_fp8_delayed`] and [`rms_norm_silu_nvfp4_device_amax`] take their
+//!   scale or amax as a device tensor (delayed scaling without a host round trip).
 //! - [`RmsNormSilu`]: a module in the style of `burn::nn::RmsNorm`.
 //!
 //! Rooms (private modules, their items re-exported here): `api` validates arguments and routes
