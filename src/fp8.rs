@@ -136,7 +136,14 @@ pub const E4M3_MAX: f32 = 448.0;
 /// largest `|y|` lands `margin` binades below E4M3's largest value; where `amax` is 0 or not
 /// finite (an all-zero or overflowing step) the `previous` scale is kept. Burn ops on the
 /// device: no host round trip.
+///
+/// # Panics
+/// When `margin` is 128 or more (the target `448 / 2^margin` would leave f32's normal range).
 pub fn fp8_scale_from_amax(amax: Tensor<1>, previous: Tensor<1>, margin: u32) -> Tensor<1> {
+    assert!(
+        margin < 128,
+        "fp8_scale_from_amax: `margin` must be below 128 binades, got {margin}"
+    );
     let target = E4M3_MAX / 2f32.powi(margin as i32);
     let usable = amax
         .clone()

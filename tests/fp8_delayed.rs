@@ -151,3 +151,11 @@ fn device_scale_must_be_f32() {
     let scale = tensor(&[1.0], [1], DType::BF16, &device);
     let _ = rms_norm_silu_fp8_delayed(x, gamma, RmsNormSiluOptions::rms(1e-6), scale);
 }
+
+#[test]
+#[should_panic(expected = "`margin` must be below 128 binades, got 128")]
+fn next_scale_margin_must_stay_in_range() {
+    let device = device();
+    let one = scale_tensor(1.0, &device);
+    let _ = fp8_scale_from_amax(one.clone(), one, 128);
+}
