@@ -62,7 +62,7 @@ pub use fp8::{
     E4M3_MAX, fp8_scale_from_amax, rms_norm_silu_fp8, rms_norm_silu_fp8_amax,
     rms_norm_silu_fp8_delayed, rms_norm_silu_fp8_with,
 };
-pub use module::{RmsNormSilu, RmsNormSiluConfig};
+pub use module::{ActivationKind, NormKind, RmsNormSilu, RmsNormSiluConfig};
 pub use nvfp4::{
     Nvfp4Parts, Nvfp4Scaling, ScaleLayout, rms_norm_silu_nvfp4, rms_norm_silu_nvfp4_device_amax,
     rms_norm_silu_nvfp4_parts, rms_norm_silu_nvfp4_with,

@@ -79,3 +79,53 @@ fn module_over_the_channel_axis() {
         }
     }
 }
+
+/// The Wan norm site from the configuration (`RmsNormSiluConfig::wan`), with and without SiLU,
+/// with a loaded gamma, against the function with the same options; written behind cached
+/// frames through `forward_into`.
+#[test]
+fn wan_module_equals_the_wan_function() {
+    use burn_rmsnorm_silu::{
+        ActivationKind, RmsNormSiluOptions, rms_norm_silu_into, rms_norm_silu_with,
+    };
+    let device = device();
+    let mut rng = rng("module wan");
+    let (t, h, w, c) = (2, 3, 4, 24);
+    let x = round_to(&randn(&mut rng, t * h * w * c), DType::F32);
+    let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), DType::F32);
+    let xt = || tensor(&x, [1, t, h, w, c], DType::F32, &device);
+    let gt = || tensor(&gamma, [c], DType::F32, &device);
+    for (kind, activation) in [
+        (ActivationKind::Silu, Activation::Silu),
+        (ActivationKind::Identity, Activation::Identity),
+    ] {
+        let module = RmsNormSiluConfig::wan(c)
+            .with_activation(kind)
+            .init_with(Param::from_tensor(gt()));
+        let options = RmsNormSiluOptions::wan().with_activation(activation);
+        let want = values(rms_norm_silu_with(xt(), gt(), options));
+        assert_eq!(values(module.forward(xt())), want, "{activation:?}");
+        let into = || {
+            tensor(
+                &vec![-3.0; (t + 1) * h * w * c],
+                [1, t + 1, h, w, c],
+                DType::F32,
+                &device,
+            )
+        };
+        let want_into = values(rms_norm_silu_into(xt(), gt(), options, into(), 1, 1));
+        assert_eq!(
+            values(module.forward_into(xt(), into(), 1, 1)),
+            want_into,
+            "{activation:?} into"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "`gamma` must have length d_model = 8, got 6")]
+fn module_gamma_must_match_d_model() {
+    let device = device();
+    let gamma = tensor(&[1.0; 6], [6], DType::F32, &device);
+    let _ = RmsNormSiluConfig::wan(8).init_with(Param::from_tensor(gamma));
+}

@@ -3,11 +3,11 @@
 use super::*;
 
 /// A norm site over the channel (last) axis: `F.normalize(x, dim=C) * sqrt(C) * gamma`, then
-/// SiLU (or not).
+/// SiLU (or not): the crate's `RmsNormSilu` module with the Wan norm, timed and with the
+/// composed form for cross-checks.
 #[derive(Module, Debug)]
 pub struct Norm {
-    gamma: Param<Tensor<1>>,
-    silu: bool,
+    inner: RmsNormSilu,
 }
 
 impl Norm {
@@ -17,9 +17,15 @@ impl Norm {
         channels: usize,
         silu: bool,
     ) -> Result<Self, WeightError> {
+        let activation = if silu {
+            ActivationKind::Silu
+        } else {
+            ActivationKind::Identity
+        };
+        let gamma = l.param(&format!("{key}.gamma"), [channels])?;
+        let config = RmsNormSiluConfig::wan(channels).with_activation(activation);
         Ok(Self {
-            gamma: l.param(&format!("{key}.gamma"), [channels])?,
-            silu,
+            inner: config.init_with(gamma),
         })
     }
 
@@ -40,7 +46,7 @@ impl Norm {
         let shape = x.dims().to_vec();
         ctx.timed_site(&ctx.norm_time, "norm", shape, &device, || {
             if ctx.fused {
-                rms_norm_silu_into(x, self.gamma.val(), self.options(), into, 1, at)
+                self.inner.forward_into(x, into, 1, at)
             } else {
                 let t = x.dims()[1];
                 into.slice_assign(s![.., at..at + t], self.composed(x))
@@ -48,18 +54,9 @@ impl Norm {
         })
     }
 
-    fn options(&self) -> RmsNormSiluOptions {
-        let activation = if self.silu {
-            Activation::Silu
-        } else {
-            Activation::Identity
-        };
-        RmsNormSiluOptions::wan().with_activation(activation)
-    }
-
     fn apply<const D: usize>(&self, x: Tensor<D>, fused: bool) -> Tensor<D> {
         if fused {
-            rms_norm_silu_with(x, self.gamma.val(), self.options())
+            self.inner.forward(x)
         } else {
             self.composed(x)
         }
@@ -71,8 +68,12 @@ impl Norm {
         let norm = x.clone().square().sum_dim(D - 1).sqrt().clamp_min(1e-12);
         let mut shape = [1usize; D];
         shape[D - 1] = channels;
-        let y = x / norm * (channels as f64).sqrt() * self.gamma.val().reshape(shape);
-        if self.silu { silu(y) } else { y }
+        let y = x / norm * (channels as f64).sqrt() * self.inner.gamma.val().reshape(shape);
+        if self.inner.options.activation == Activation::Silu {
+            silu(y)
+        } else {
+            y
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use burn::module::{Module, Param};
 use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Tensor, s};
 use burn_rmsnorm_silu::{
-    Activation, ConvPadding, Phases, RmsNormSiluOptions, conv3d_channels_last,
-    conv3d_channels_last_phases, fold_upsample2x_weights, rms_norm_silu_into, rms_norm_silu_with,
+    Activation, ActivationKind, ConvPadding, Phases, RmsNormSilu, RmsNormSiluConfig,
+    conv3d_channels_last, conv3d_channels_last_phases, fold_upsample2x_weights,
 };
 
 use crate::config::WanConfig;
