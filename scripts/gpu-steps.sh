@@ -51,8 +51,10 @@ for step in "${steps[@]}"; do
     start=$(date +%s)
     case "$step" in
         # The whole suite as parallel processes (scripts/cuda-suite.sh; TESTS_FILTER limits it).
+        # (Its kernel caches then serve a later `sanitize` step of the same run: no warm-up.)
         tests) SUITE_OUT="$out" SUITE_TIMEOUT=${TESTS_TIMEOUT:-480} bash scripts/cuda-suite.sh ${TESTS_FILTER:-} \
-                   > "$out/tests.log" 2>&1; cat "$out/tests.log" ;;
+                   > "$out/tests.log" 2>&1; cat "$out/tests.log"
+               [ -z "${OUT:-}" ] || { cp "$OUT/suite-caches.tgz" gpu/suite-caches.tgz 2>/dev/null && suite_caches=1; } ;;
         # The ignored GPU probes: the FP8 mma.sync forms (`fp8_mma`) and the write-behind's cost.
         probes) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout "${PROBES_TIMEOUT:-120}" ./tests --ignored fp8_mma into_costs \
                    --nocapture --test-threads=1) > "$out/probes.log" 2>&1
@@ -60,6 +62,7 @@ for step in "${steps[@]}"; do
         sweep) (cd gpu && RMSNORM_TEST_DEVICE=cuda timeout 200 ./tests --ignored --test-threads=1) \
                    > "$out/sweep.log" 2>&1 ;;
         sanitize) SANITIZE_OUT="$out" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-135} \
+                   SANITIZE_WARMUP=${SANITIZE_WARMUP:-$([ -n "${suite_caches:-}" ] && echo 0 || echo 1)} \
                    bash scripts/sanitize.sh > "$out/sanitize.log" 2>&1; cat "$out/sanitize.log" ;;
         tune) (cd gpu && timeout "${TUNE_TIMEOUT:-240}" ./bench tune --lut "$out/sm90.txt" --out "$out") \
                    > "$out/tune.log" 2>&1 ;;
@@ -179,6 +182,8 @@ for step in "${steps[@]}"; do
     echo "step $step: rc=$? in $(( $(date +%s) - start )) s"
     pack
 done
+# (A later call on the same machine starts cold again, as its `tests` step should.)
+[ -z "${suite_caches:-}" ] || rm -f gpu/suite-caches.tgz
 grep -hE "test result|FAILED" "$out"/suite-*.log "$out/sweep.log" 2>/dev/null
 tail -n 3 "$out/tune.log" "$out/fallback.log" "$out/channels.log" 2>/dev/null | cut -c1-160
 tail -n 40 "$out"/quant*.log "$out/backward.log" 2>/dev/null | cut -c1-200
