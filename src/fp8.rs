@@ -45,7 +45,7 @@ pub fn rms_norm_silu_fp8_with<const D: usize>(
     scale: f32,
 ) -> Tensor<D> {
     let (x, options, back) = over_last_axis(x, options);
-    let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, Some(scale));
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -68,7 +68,7 @@ pub fn rms_norm_silu_fp8_amax<const D: usize>(
     scale: f32,
 ) -> (Tensor<D>, Tensor<1>) {
     let (x, options, back) = over_last_axis(x, options);
-    let (params, activation) = fp8_arguments(&x, &gamma, &options, scale);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, Some(scale));
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_amax(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -114,7 +114,7 @@ pub fn rms_norm_silu_fp8_delayed<const D: usize>(
     scale: Tensor<1>,
 ) -> (Tensor<D>, Tensor<1>) {
     let (x, options, back) = over_last_axis(x, options);
-    let (params, activation) = fp8_arguments(&x, &gamma, &options, 1.0);
+    let (params, activation) = fp8_arguments(&x, &gamma, &options, None);
     check_device_value("rms_norm_silu_fp8_delayed", "scale", &scale, &x.device());
     let (q, amax) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_fp8_device_scale(
         x.into_dispatch(),
@@ -154,17 +154,20 @@ pub fn fp8_scale_from_amax(amax: Tensor<1>, previous: Tensor<1>, margin: u32) ->
 
 /// Checks the arguments of the FP8 entry points (panicking with a message naming the bad one)
 /// and returns the kernel's norm parameters and the activation.
+/// A host `scale` must be finite and > 0 (a device scale is the caller's to check).
 fn fp8_arguments<const D: usize>(
     x: &Tensor<D>,
     gamma: &Tensor<1>,
     options: &RmsNormSiluOptions,
-    scale: f32,
+    host_scale: Option<f32>,
 ) -> (NormParams, Activation) {
     let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
-    assert!(
-        scale.is_finite() && scale > 0.0,
-        "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
-    );
+    if let Some(scale) = host_scale {
+        assert!(
+            scale.is_finite() && scale > 0.0,
+            "rms_norm_silu_fp8: `scale` must be finite and > 0, got {scale}"
+        );
+    }
     let params = options.norm.params(channels);
     (params, options.activation)
 }

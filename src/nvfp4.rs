@@ -111,7 +111,8 @@ pub fn rms_norm_silu_nvfp4_with<const D: usize>(
     scaling: Nvfp4Scaling,
 ) -> Tensor<D> {
     let (x, options, back) = over_last_axis(x, options);
-    let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let (params, activation) = nvfp4_arguments(&x, &gamma, &options);
+    let (recipe, s_enc) = scaling.kernel_arguments();
     let out = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -138,8 +139,7 @@ pub fn rms_norm_silu_nvfp4_device_amax<const D: usize>(
     amax: Tensor<1>,
 ) -> Tensor<D> {
     let (x, options, back) = over_last_axis(x, options);
-    let (params, activation, _, _) =
-        nvfp4_arguments(&x, &gamma, &options, Nvfp4Scaling::TensorAmax(1.0));
+    let (params, activation) = nvfp4_arguments(&x, &gamma, &options);
     check_device_value(
         "rms_norm_silu_nvfp4_device_amax",
         "amax",
@@ -171,7 +171,8 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
 ) -> Nvfp4Parts {
     // The parts are rows of the moved view: nothing to move back.
     let (x, options, _) = over_last_axis(x, options);
-    let (params, activation, recipe, s_enc) = nvfp4_arguments(&x, &gamma, &options, scaling);
+    let (params, activation) = nvfp4_arguments(&x, &gamma, &options);
+    let (recipe, s_enc) = scaling.kernel_arguments();
     let (values, scales) = <Dispatch as RmsNormSiluBackend>::rms_norm_silu_nvfp4_parts(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -189,24 +190,18 @@ pub fn rms_norm_silu_nvfp4_parts<const D: usize>(
     }
 }
 
-/// Checks the NVFP4 arguments (panicking with a message naming the bad one).
+/// Checks the NVFP4 arguments but the scaling (panicking with a message naming the bad one)
+/// and returns the kernel's norm parameters and the activation.
 fn nvfp4_arguments<const D: usize>(
     x: &Tensor<D>,
     gamma: &Tensor<1>,
     options: &RmsNormSiluOptions,
-    scaling: Nvfp4Scaling,
-) -> (NormParams, Activation, Fp4Recipe, f32) {
+) -> (NormParams, Activation) {
     let channels = check_arguments(x, gamma, D.saturating_sub(1), options);
     assert!(
         channels.is_multiple_of(16),
         "rms_norm_silu_nvfp4: `x`'s last axis must be a multiple of 16 (NVFP4 blocks), got C = \
          {channels}"
     );
-    let (recipe, s_enc) = scaling.kernel_arguments();
-    (
-        options.norm.params(channels),
-        options.activation,
-        recipe,
-        s_enc,
-    )
+    (options.norm.params(channels), options.activation)
 }
