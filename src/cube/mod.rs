@@ -15,7 +15,7 @@ use rmsnorm_silu_kernels::nvfp4::{
     DeviceAmax, Fp4Recipe, Fp4Target, ScaleLayout, launch_forward_nvfp4, select_fp4_knobs,
 };
 use rmsnorm_silu_kernels::params::Output;
-use rmsnorm_silu_kernels::quant::{launch_reciprocal, write_f32};
+use rmsnorm_silu_kernels::quant::write_f32;
 use rmsnorm_silu_kernels::select::{pick_vector_size, select_output_knobs_with_source};
 use rmsnorm_silu_kernels::{Activation, NormParams, RowOperands, RowsProblem};
 

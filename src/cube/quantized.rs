@@ -28,23 +28,18 @@ pub fn forward_fp8(
     let target = match scale {
         KernelScale::Host(scale) => {
             write_f32(&client, scales.handle.clone(), 1.0 / scale);
-            OutputTarget::fp8(values.handle.clone(), scale, amax.clone())
+            OutputTarget::fp8(values.handle.clone(), scale, amax)
         }
         KernelScale::Device(scale) => {
-            if rows.problem.rows == 0 {
-                launch_reciprocal(&client, scale.clone(), scales.handle.clone());
-            }
             let scale = DeviceScale {
                 scale,
                 decode: scales.handle.clone(),
             };
-            OutputTarget::fp8_device_scale(values.handle.clone(), scale, amax.clone())
+            OutputTarget::fp8_device_scale(values.handle.clone(), scale, amax)
         }
     };
     if rows.problem.rows == 0 {
-        if let Some(amax) = amax {
-            write_f32(&client, amax, 0.0);
-        }
+        target.write_empty(&client);
         return q;
     }
     rows.launch(target, &values, norm, activation, "rms_norm_silu_fp8");

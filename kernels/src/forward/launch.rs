@@ -66,6 +66,17 @@ impl OutputTarget {
         }
     }
 
+    /// What the kernel writes besides the elements, for an output with none (where it does
+    /// not run): amax 0 and a device scale's decode word.
+    pub fn write_empty(self, client: &Client) {
+        if let Some(amax) = self.amax {
+            crate::quant::write_f32(client, amax, 0.0);
+        }
+        if let Some(scale) = self.device_scale {
+            crate::quant::launch_reciprocal(client, scale.scale, scale.decode);
+        }
+    }
+
     /// [`Self::fp8`] with the scale read on the device (see [`DeviceScale`]).
     pub fn fp8_device_scale(handle: Handle, scale: DeviceScale, amax: Option<Handle>) -> Self {
         Self {
@@ -94,7 +105,6 @@ pub fn launch_forward_to(
         x_type,
         gamma_type,
     } = operands;
-    let out = target.handle;
     let RowsProblem {
         rows,
         channels,
@@ -102,14 +112,10 @@ pub fn launch_forward_to(
         out_row_stride,
     } = problem;
     if rows == 0 || channels == 0 {
-        if let Some(amax) = target.amax {
-            crate::quant::write_f32(client, amax, 0.0);
-        }
-        if let Some(scale) = target.device_scale {
-            crate::quant::launch_reciprocal(client, scale.scale, scale.decode);
-        }
+        target.write_empty(client);
         return Ok(());
     }
+    let out = target.handle;
     let offsets = [
         x.offset_start.unwrap_or(0),
         gamma.offset_start.unwrap_or(0),
