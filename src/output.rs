@@ -71,7 +71,7 @@ impl<const D: usize> Normalized<D> {
 /// The op with `options` (norm, activation, axis) written in `format`: the one entry point
 /// behind [`crate::rms_norm_silu_with`], [`crate::rms_norm_silu_fp8_with`],
 /// [`crate::rms_norm_silu_fp8_amax`], [`crate::rms_norm_silu_fp8_delayed`],
-/// [`crate::rms_norm_silu_nvfp4_with`] and
+/// [`crate::rms_norm_silu_nvfp4_with`], [`crate::rms_norm_silu_nvfp4_device_amax`] and
 /// [`crate::rms_norm_silu_nvfp4_parts`], which it calls.
 ///
 /// # Panics
