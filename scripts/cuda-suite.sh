@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole CUDA test suite from the test binary packed by `scripts/gpu-pack.sh tests`, as
-# SUITE_SHARDS processes side by side (default: half the machine's cores, at most 8). A cold
-# suite's time is mostly NVRTC, and cubecl compiles one process's kernels one at a time (under
-# its device context's lock), so separate processes are what compiles in parallel. Tests are
+# SUITE_SHARDS processes side by side (default: one per core, at most 16), each running one
+# test at a time (SUITE_THREADS, default 1). A cold suite's time is mostly NVRTC, and cubecl
+# compiles one process's kernels one at a time (under its device context's lock), so separate
+# processes are what compiles in parallel, and one test per process makes each test's reported
+# time its own (two compile-heavy tests in one process wait on each other's compilations). Tests are
 # dealt to the shards in list order, so a module's heavy tests land on different shards. Each
 # shard runs in a directory of its own with its own cubecl environment (kernel cache): no two
 # processes write one cache file.
@@ -23,9 +25,9 @@ case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
 [ -x gpu/tests ] || { xz -dkf gpu/tests.xz && chmod +x gpu/tests; }
 # (RMSNORM_TEST_DEVICE=cpu runs the same shards on the CPU runtime, to try the script here.)
 export CUDA_PATH=${CUDA_PATH:-${CUDA_HOME:-/usr/local/cuda}} RMSNORM_TEST_DEVICE=${RMSNORM_TEST_DEVICE:-cuda}
-shards=${SUITE_SHARDS:-$(( $(nproc) / 2 ))}
+shards=${SUITE_SHARDS:-$(nproc)}
 [ "$shards" -ge 1 ] || shards=1
-[ "$shards" -le 8 ] || shards=8
+[ "$shards" -le 16 ] || shards=16
 mapfile -t names < <(gpu/tests --list "$@" 2>/dev/null | sed -n 's/: test$//p')
 [ ${#names[@]} -gt 0 ] || { echo "no tests listed by gpu/tests" >&2; exit 2; }
 # The Wan fixture cases need the fixtures beside the binary (`gpu-pack.sh fixtures`).
@@ -48,7 +50,7 @@ for ((s = 0; s < shards; s++)); do
     mkdir -p "$dir" && cp scripts/cubecl.toml "$dir/"
     # --report-time (libtest, unstable: RUSTC_BOOTSTRAP) prints each test's wall time.
     (cd "$dir" && RUSTC_BOOTSTRAP=1 timeout "${SUITE_TIMEOUT:-480}" ${wrap[@]+"${wrap[@]}"} ../tests \
-        --exact "${group[@]}" --test-threads=2 -Zunstable-options --report-time) > "$out/$name-$s.log" 2>&1 &
+        --exact "${group[@]}" --test-threads=${SUITE_THREADS:-1} -Zunstable-options --report-time) > "$out/$name-$s.log" 2>&1 &
     pids+=($!)
 done
 rc=0

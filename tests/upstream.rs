@@ -26,7 +26,8 @@ fn burn_matmul_of_uploaded_tensors() {
             }
             let c: Tensor<2> =
                 tensor(&a, [m, k], dtype, &device).matmul(tensor(&b, [k, n], dtype, &device));
-            let tol = if dtype == DType::F32 { 1e-4 } else { 5e-2 };
+            // Burn's f32 matmul runs on tensor cores in TF32 on CUDA (10-bit mantissa inputs).
+            let tol = if dtype == DType::F32 { 1e-2 } else { 5e-2 };
             assert_close(
                 &values(c),
                 &want,

@@ -27,7 +27,8 @@ pub(crate) fn time_burn_composed(
     median(&timer.time(3, 20, || drop(composed())))
 }
 
-/// One `rms_norm_silu` call through the Burn API, timed three ways on the host clock (warm L2).
+/// One `rms_norm_silu` call through the Burn API, timed three ways on the host clock (warm L2),
+/// and a plain Burn op timed the same way for the per-call cost any op pays.
 pub(crate) struct ApiTimes {
     /// One call between two syncs: dispatch, selection, launch and the sync's round trip.
     pub synced: f64,
@@ -37,6 +38,33 @@ pub(crate) struct ApiTimes {
     /// Host time per call of those 20 before the sync: dispatch, argument checks, knob
     /// selection and the launch itself.
     pub host: f64,
+    /// Burn's own `x * 2` (one elementwise kernel over the same bytes, no gamma) per call of 20
+    /// between two syncs: what a call costs through Burn and cubecl whatever the op.
+    pub burn_op_per_call: f64,
+}
+
+/// Per call of `CALLS` calls between two syncs, and the host's time per call before the sync
+/// (medians of 6 rounds after 2 warm-up rounds). Each call's result is kept until after the
+/// round's sync (as a model keeps its activations; Burn's fusion may skip work whose result is
+/// dropped unread).
+fn queued_per_call(device: &Device, call: impl Fn() -> Tensor<2>) -> (f64, f64) {
+    const CALLS: usize = 20;
+    let (mut per_call, mut host) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        let mut kept = Vec::with_capacity(CALLS);
+        device.sync().expect("sync");
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            kept.push(call());
+        }
+        let issued = start.elapsed().as_secs_f64();
+        device.sync().expect("sync");
+        if i >= 2 {
+            host.push(issued * 1e6 / CALLS as f64);
+            per_call.push(start.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+        }
+    }
+    (median(&per_call), median(&host))
 }
 
 /// [`ApiTimes`] of `rms_norm_silu` on a `[rows, channels]` bf16 tensor.
@@ -57,32 +85,20 @@ pub(crate) fn time_api(device: &Device, rows: usize, channels: usize) -> ApiTime
         }
         drop(y);
     }
-    const CALLS: usize = 20;
-    let (mut per_call, mut host) = (Vec::new(), Vec::new());
-    for i in 0..8 {
-        device.sync().expect("sync");
-        let start = Instant::now();
-        for _ in 0..CALLS {
-            drop(rms_norm_silu(x.clone(), gamma.clone(), eps));
-        }
-        let issued = start.elapsed().as_secs_f64();
-        device.sync().expect("sync");
-        if i >= 2 {
-            host.push(issued * 1e6 / CALLS as f64);
-            per_call.push(start.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
-        }
-    }
+    let (per_call, host) = queued_per_call(device, || rms_norm_silu(x.clone(), gamma.clone(), eps));
+    let (burn_op_per_call, _) = queued_per_call(device, || x.clone() * 2.0);
     ApiTimes {
         synced: median(&synced),
-        per_call: median(&per_call),
-        host: median(&host),
+        per_call,
+        host,
+        burn_op_per_call,
     }
 }
 
 pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     let client = timer.client.clone();
     let mut csv = String::from(
-        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us,api_per_call_us,api_host_us\n",
+        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us,api_per_call_us,api_host_us,burn_op_per_call_us\n",
     );
     let mut shapes: Vec<(usize, usize)> = Vec::new();
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
@@ -92,7 +108,7 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         }
     }
     println!(
-        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7}",
+        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8}",
         "C",
         "T",
         "knobs",
@@ -105,7 +121,8 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         "e2e_us",
         "copy4_us",
         "api_us",
-        "host_us"
+        "host_us",
+        "x2_us"
     );
     for (channels, rows) in shapes {
         let b = Buffers::new(timer, rows, channels);
@@ -134,22 +151,24 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         };
         writeln!(
             csv,
-            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2},{:.2},{:.2}",
+            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2},{:.2},{:.2},{:.2}",
             kernel / copy,
             bytes / kernel / 1e3,
             bytes / copy / 1e3,
             burn / kernel,
             api.per_call,
-            api.host
+            api.host,
+            api.burn_op_per_call
         )
         .unwrap();
         println!(
-            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2} {:8.2} {:7.2}",
+            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2} {:8.2} {:7.2} {:8.2}",
             knobs.to_string(),
             kernel / copy,
             bytes / kernel / 1e3,
             api.per_call,
-            api.host
+            api.host,
+            api.burn_op_per_call
         );
     }
     write_file(args, "bench.csv", &csv);
