@@ -5,7 +5,8 @@ use burn::tensor::{DType, Device, Tensor, s};
 
 use crate::config::WanConfig;
 use crate::layers::{
-    AttentionBlock, CausalConv3d, Ctx, DupUp3D, FrameCache, Loader, Norm, Resample, ResidualBlock,
+    AttentionBlock, CausalConv3d, Ctx, DupUp3D, Fp8Scales, FrameCache, Loader, Norm, Precision,
+    Resample, ResidualBlock,
 };
 use crate::weights::{WeightError, Weights};
 
@@ -87,11 +88,28 @@ impl WanDecoder {
         device: &Device,
         dtype: DType,
     ) -> Result<Self, WeightError> {
+        Self::load_with(config, weights, device, dtype, Precision::Native)
+    }
+
+    /// [`WanDecoder::load`] with the norm -> convolution sites in `precision` (FP8 sites: E4M3
+    /// weights per output channel, E4M3 norm outputs with delayed per-tensor scales; the
+    /// convolutions still run in `dtype`).
+    ///
+    /// # Errors
+    /// As [`WanDecoder::load`].
+    pub fn load_with(
+        config: &WanConfig,
+        weights: &mut Weights,
+        device: &Device,
+        dtype: DType,
+        precision: Precision,
+    ) -> Result<Self, WeightError> {
         let mut l = Loader {
             weights,
             config,
             device,
             dtype,
+            fp8_sites: precision.fp8_in(None),
         };
         let dims = config.dims();
         let nrb = config.num_res_blocks;
@@ -113,6 +131,7 @@ impl WanDecoder {
             AttentionBlock::load(&mut l, "decoder.mid_block.attentions.0", dims[0])?;
         let mut stages = Vec::new();
         for i in 0..4 {
+            l.fp8_sites = precision.fp8_in(Some(i));
             let (mut c_in, c_out) = (dims[i], dims[i + 1]);
             if i > 0 && !config.residual {
                 // Wan2.1's upsamplers halve the width.
@@ -214,7 +233,9 @@ impl WanDecoder {
             .forward(z.permute([0, 2, 3, 4, 1]), None, ctx);
         let device = x.device();
         let mut cache = FrameCache::default();
+        ctx.fp8_scales.replace(Fp8Scales::default());
         for i in 0..t {
+            ctx.fp8_scales.borrow_mut().rewind();
             let chunk = x.clone().slice(s![.., i..i + 1]);
             let out = self.decode_chunk(chunk, &mut cache, ctx, i == 0);
             on_frame(i, out);

@@ -20,6 +20,6 @@ pub mod weights;
 
 pub use config::WanConfig;
 pub use decoder::{LatentError, WanDecoder};
-pub use layers::{Ctx, MemoryPeak, denormalize};
+pub use layers::{Ctx, MemoryPeak, Precision, denormalize};
 pub use video::{Mp4Options, VideoError, write_mp4};
 pub use weights::{WeightError, Weights};

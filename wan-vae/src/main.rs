@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use wan_vae::{Ctx, WanConfig, WanDecoder, Weights, denormalize};
+use wan_vae::{Ctx, Precision, WanConfig, WanDecoder, Weights, denormalize};
 
 mod cli;
 
@@ -62,8 +62,14 @@ struct Args {
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "latent")]
     width: u32,
     /// Weights' and activations' dtype.
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    dtype: Precision,
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    dtype: Dtype,
+    /// What the norm -> convolution sites compute in: `fp8` (the last two up stages) and
+    /// `fp8-all` (every site but conv_out) round their weights to E4M3 per output channel and
+    /// the norms' outputs to E4M3 with delayed per-tensor scales (the convolutions still run in
+    /// --dtype: FP8 numerics, not FP8 speed).
+    #[arg(long, value_enum, default_value_t = SitePrecision::Native)]
+    precision: SitePrecision,
     /// The device; by default CUDA when a GPU answers, else the CubeCL CPU runtime.
     #[arg(long, value_enum)]
     device: Option<DeviceKind>,
@@ -128,9 +134,16 @@ enum Size {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum Precision {
+enum Dtype {
     F32,
     Bf16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SitePrecision {
+    Native,
+    Fp8,
+    Fp8All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,8 +216,13 @@ fn main() {
     let args = Args::parse();
     let (device, device_kind, device_name) = pick_device(args.device);
     let dtype = match args.dtype {
-        Precision::F32 => DType::F32,
-        Precision::Bf16 => DType::BF16,
+        Dtype::F32 => DType::F32,
+        Dtype::Bf16 => DType::BF16,
+    };
+    let precision = match args.precision {
+        SitePrecision::Native => Precision::Native,
+        SitePrecision::Fp8 => Precision::Fp8,
+        SitePrecision::Fp8All => Precision::Fp8All,
     };
     let fused = !args.unfused;
     if let Some(file) = &args.conv_table {
@@ -240,7 +258,7 @@ fn main() {
         }
     };
     let load_start = Instant::now();
-    let decoder = WanDecoder::load(&config, &mut weights, &device, dtype)
+    let decoder = WanDecoder::load_with(&config, &mut weights, &device, dtype, precision)
         .unwrap_or_else(|e| fail(&e.to_string()));
     drop(weights);
     let load_time = load_start.elapsed();

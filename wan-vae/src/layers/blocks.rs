@@ -7,7 +7,7 @@ use super::*;
 /// composed form for cross-checks.
 #[derive(Module, Debug)]
 pub struct Norm {
-    inner: RmsNormSilu,
+    pub(super) inner: RmsNormSilu,
 }
 
 impl Norm {
@@ -91,9 +91,21 @@ impl ResidualBlock {
     pub fn load(l: &mut Loader, key: &str, c_in: usize, c_out: usize) -> Result<Self, WeightError> {
         Ok(Self {
             norm1: Norm::load(l, &format!("{key}.norm1"), c_in, true)?,
-            conv1: CausalConv3d::load(l, &format!("{key}.conv1"), c_in, c_out, [3, 3, 3])?,
+            conv1: CausalConv3d::load_after_norm(
+                l,
+                &format!("{key}.conv1"),
+                c_in,
+                c_out,
+                [3, 3, 3],
+            )?,
             norm2: Norm::load(l, &format!("{key}.norm2"), c_out, true)?,
-            conv2: CausalConv3d::load(l, &format!("{key}.conv2"), c_out, c_out, [3, 3, 3])?,
+            conv2: CausalConv3d::load_after_norm(
+                l,
+                &format!("{key}.conv2"),
+                c_out,
+                c_out,
+                [3, 3, 3],
+            )?,
             shortcut: match c_in != c_out {
                 true => Some(CausalConv3d::load(
                     l,
@@ -131,16 +143,18 @@ impl AttentionBlock {
     pub fn load(l: &mut Loader, key: &str, c: usize) -> Result<Self, WeightError> {
         Ok(Self {
             norm: Norm::load(l, &format!("{key}.norm"), c, false)?,
-            to_qkv: CausalConv3d::load_2d(l, &format!("{key}.to_qkv"), c, 3 * c, 1)?,
+            to_qkv: CausalConv3d::load_2d_after_norm(l, &format!("{key}.to_qkv"), c, 3 * c)?,
             proj: CausalConv3d::load_2d(l, &format!("{key}.proj"), c, c, 1)?,
         })
     }
 
     pub fn forward(&self, x: Tensor<5>, ctx: &Ctx) -> Tensor<5> {
         let [b, t, h, w, c] = x.dims();
-        let qkv = self
-            .to_qkv
-            .forward(self.norm.forward(x.clone(), ctx), None, ctx);
+        let normed = match self.to_qkv.fp8_input {
+            true => self.norm.forward_fp8(x.clone(), ctx),
+            false => self.norm.forward(x.clone(), ctx),
+        };
+        let qkv = self.to_qkv.forward(normed, None, ctx);
         // [B, T, H, W, 3C] -> one sequence of H W tokens per frame, one head; q, k, v are
         // consecutive channel ranges.
         let qkv = qkv.reshape([b * t, 1, h * w, 3 * c]);

@@ -14,6 +14,9 @@ pub struct CausalConv3d {
     pub(crate) context: usize,
     /// Spatial padding on each side.
     pad: usize,
+    /// Loaded for FP8 inputs (see [`Precision`]): E4M3 weights, and the norm before it writes
+    /// E4M3 codes.
+    pub(crate) fp8_input: bool,
 }
 
 impl CausalConv3d {
@@ -25,7 +28,32 @@ impl CausalConv3d {
         c_out: usize,
         k: [usize; 3],
     ) -> Result<Self, WeightError> {
-        Self::load_stored(l, key, c_in, c_out, k, 5)
+        Self::load_stored(l, key, c_in, c_out, k, 5, false)
+    }
+
+    /// [`Self::load`] for a convolution that follows a norm site: where the loader's sites are
+    /// FP8 its weights are rounded to E4M3 per output channel and its input comes as E4M3 codes.
+    pub fn load_after_norm(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+        k: [usize; 3],
+    ) -> Result<Self, WeightError> {
+        let fp8 = l.fp8_sites;
+        Self::load_stored(l, key, c_in, c_out, k, 5, fp8)
+    }
+
+    /// [`Self::load_2d`] of a 1x1 convolution that follows a norm site (see
+    /// [`Self::load_after_norm`]).
+    pub fn load_2d_after_norm(
+        l: &mut Loader,
+        key: &str,
+        c_in: usize,
+        c_out: usize,
+    ) -> Result<Self, WeightError> {
+        let fp8 = l.fp8_sites;
+        Self::load_stored(l, key, c_in, c_out, [1, 1, 1], 4, fp8)
     }
 
     /// A per-frame 2D convolution whose weight is stored `[C_out, C_in, kH, kW]`.
@@ -36,7 +64,7 @@ impl CausalConv3d {
         c_out: usize,
         k: usize,
     ) -> Result<Self, WeightError> {
-        Self::load_stored(l, key, c_in, c_out, [1, k, k], 4)
+        Self::load_stored(l, key, c_in, c_out, [1, k, k], 4, false)
     }
 
     fn load_stored(
@@ -46,12 +74,18 @@ impl CausalConv3d {
         c_out: usize,
         k: [usize; 3],
         stored_rank: usize,
+        fp8: bool,
     ) -> Result<Self, WeightError> {
+        let mut values = l.conv_values(&format!("{key}.weight"), c_out, c_in, k, stored_rank)?;
+        if fp8 {
+            values = e4m3_per_output_channel(&values, c_out);
+        }
         Ok(Self {
-            weight: l.conv_weight(&format!("{key}.weight"), c_out, c_in, k, stored_rank)?,
+            weight: Param::from_tensor(l.tensor(values, [c_out, k[0], k[1], k[2], c_in])),
             bias: l.param(&format!("{key}.bias"), [c_out])?,
             context: k[0] - 1,
             pad: k[1] / 2,
+            fp8_input: fp8,
         })
     }
 

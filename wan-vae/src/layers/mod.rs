@@ -25,10 +25,12 @@ use burn_rmsnorm_silu::single_head_attention as attention;
 mod blocks;
 mod cache;
 mod conv;
+mod fp8;
 
 pub use blocks::{AttentionBlock, DupUp3D, Norm, Resample, ResidualBlock};
 pub use cache::FrameCache;
 pub use conv::{CausalConv3d, PhasedConv};
+pub use fp8::{FP8_MARGIN, Fp8Scales, Precision, e4m3_per_output_channel};
 
 /// How a forward pass runs its norm sites, and (when profiling) where its time goes.
 pub struct Ctx {
@@ -69,6 +71,8 @@ pub struct Ctx {
     /// When profiling: calls and wall time per call site kind and input shape (the norm sites
     /// and convolutions), for the per-shape breakdown.
     pub sites: RefCell<BTreeMap<SiteKey, (usize, Duration)>>,
+    /// The FP8 norm sites' delayed scales ([`Precision::Fp8`]).
+    pub fp8_scales: RefCell<Fp8Scales>,
 }
 
 /// A call site of the profile: its kind and its input's shape.
@@ -121,6 +125,7 @@ impl Ctx {
             norm_calls: Cell::new(0),
             peak_memory: Cell::new(MemoryPeak::default()),
             sites: RefCell::new(BTreeMap::new()),
+            fp8_scales: RefCell::new(Fp8Scales::default()),
         }
     }
 
@@ -202,6 +207,8 @@ pub struct Loader<'a> {
     pub config: &'a WanConfig,
     pub device: &'a Device,
     pub dtype: DType,
+    /// Whether the norm -> convolution sites loaded now are FP8 (see [`Precision::fp8_in`]).
+    pub fp8_sites: bool,
 }
 
 impl Loader<'_> {
@@ -214,22 +221,6 @@ impl Loader<'_> {
             .weights
             .get(key, shape, self.config, self.device, self.dtype)?;
         Ok(Param::from_tensor(t))
-    }
-
-    /// A convolution weight stored `[C_out, C_in, k...]` (PyTorch's layout), returned as
-    /// `[C_out, kT, kH, kW, C_in]` (the channels-last convolution's), permuted on the host once.
-    pub fn conv_weight(
-        &mut self,
-        key: &str,
-        c_out: usize,
-        c_in: usize,
-        k: [usize; 3],
-        stored_rank: usize,
-    ) -> Result<Param<Tensor<5>>, WeightError> {
-        let values = self.conv_values(key, c_out, c_in, k, stored_rank)?;
-        Ok(Param::from_tensor(
-            self.tensor(values, [c_out, k[0], k[1], k[2], c_in]),
-        ))
     }
 
     /// The values of a convolution weight stored `[C_out, C_in, k...]`, permuted to
