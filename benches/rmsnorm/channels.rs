@@ -355,10 +355,11 @@ pub(crate) fn channels_label(cfg: &burn_rmsnorm_silu::kernels::channels::Channel
     )
 }
 
-/// The time per call through the public API (`rms_norm_silu_dim` over the channel axis, 20 calls
-/// between two syncs, median of 5 such runs): the values of a `[B, C, T, H, W]` bf16 tensor made
-/// with `Tensor::from_data` (channels-first; on CUDA its W rows padded to a power of two bytes),
-/// and the same values channels-last (`[B, T, H, W, C]` memory viewed as `[B, C, T, H, W]`).
+/// What one more call through the public API costs (`rms_norm_silu_dim` over the channel axis:
+/// 20 calls between two syncs less 10, per call; see `table::queued_per_call`): the values of a
+/// `[B, C, T, H, W]` bf16 tensor made with `Tensor::from_data` (channels-first; on CUDA its W
+/// rows padded to a power of two bytes), and the same values channels-last (`[B, T, H, W, C]`
+/// memory viewed as `[B, C, T, H, W]`).
 fn api_per_call(device: &Device, [b, c, t, h, w]: [usize; 5], eps: f32) -> (f64, f64) {
     use burn_rmsnorm_silu::{RmsNormSiluOptions, rms_norm_silu_dim};
     let gamma = Tensor::<1>::random([c], Distribution::Uniform(0.5, 1.5), device).cast(DType::BF16);
@@ -371,24 +372,8 @@ fn api_per_call(device: &Device, [b, c, t, h, w]: [usize; 5], eps: f32) -> (f64,
     let last = Tensor::<5>::from_data(last, (device, DType::BF16)).permute([0, 4, 1, 2, 3]);
     assert_eq!((first.dtype(), last.dtype()), (DType::BF16, DType::BF16));
     let time = |x: &Tensor<5>| {
-        let mut runs = Vec::new();
-        for run in 0..6 {
-            device.sync().expect("sync");
-            let start = Instant::now();
-            for _ in 0..20 {
-                drop(rms_norm_silu_dim(
-                    x.clone(),
-                    gamma.clone(),
-                    1,
-                    RmsNormSiluOptions::rms(eps),
-                ));
-            }
-            device.sync().expect("sync");
-            if run > 0 {
-                runs.push(start.elapsed().as_secs_f64() * 1e6 / 20.0);
-            }
-        }
-        median(&runs)
+        let call = || rms_norm_silu_dim(x.clone(), gamma.clone(), 1, RmsNormSiluOptions::rms(eps));
+        crate::table::queued_per_call(device, call).1
     };
     (time(&first), time(&last))
 }

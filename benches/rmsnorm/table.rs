@@ -27,44 +27,62 @@ pub(crate) fn time_burn_composed(
     median(&timer.time(3, 20, || drop(composed())))
 }
 
-/// One `rms_norm_silu` call through the Burn API, timed three ways on the host clock (warm L2),
-/// and a plain Burn op timed the same way for the per-call cost any op pays.
+/// One `rms_norm_silu` call through the Burn API, timed on the host clock (warm L2), and a plain
+/// Burn op timed the same way for the per-call cost any op pays.
 pub(crate) struct ApiTimes {
     /// One call between two syncs: dispatch, selection, launch and the sync's round trip.
     pub synced: f64,
-    /// Per call of 20 calls between two syncs: what a model pays per call when calls queue
-    /// (the larger of the kernels' time and the host's).
+    /// Per call of 20 calls between two syncs (with the servers' start-up amortised over 20).
     pub per_call: f64,
-    /// Host time per call of those 20 before the sync: dispatch, argument checks, knob
-    /// selection and the launch itself.
+    /// What one more call costs when calls queue: (20 calls - 10 calls) / 10, each between two
+    /// syncs. Burn's fusion and cubecl each run their work on a server thread that collects
+    /// tasks before running them, so the first calls of a burst wait; the difference leaves
+    /// that fixed start-up out (the larger of the kernel's time and the servers' per call).
+    pub marginal: f64,
+    /// Host time per call of the 20 before the sync: dispatch, argument checks, knob selection
+    /// and handing the launch to the servers.
     pub host: f64,
-    /// Burn's own `x * 2` (one elementwise kernel over the same bytes, no gamma) per call of 20
-    /// between two syncs: what a call costs through Burn and cubecl whatever the op.
-    pub burn_op_per_call: f64,
+    /// Burn's own `x * 2` (one elementwise kernel over the same bytes, no gamma), its
+    /// [`Self::marginal`]: what a call costs through Burn and cubecl whatever the op.
+    pub burn_op_marginal: f64,
 }
 
-/// Per call of `CALLS` calls between two syncs, and the host's time per call before the sync
-/// (medians of 6 rounds after 2 warm-up rounds). Each call's result is kept until after the
-/// round's sync (as a model keeps its activations; Burn's fusion may skip work whose result is
-/// dropped unread).
-fn queued_per_call(device: &Device, call: impl Fn() -> Tensor<2>) -> (f64, f64) {
-    const CALLS: usize = 20;
-    let (mut per_call, mut host) = (Vec::new(), Vec::new());
+/// `calls` calls between two syncs: (wall time, host time until the last call returned), in
+/// µs. Each call's result is kept until after the sync (as a model keeps its activations;
+/// Burn's fusion may skip work whose result is dropped unread).
+fn burst<const D: usize>(
+    device: &Device,
+    calls: usize,
+    call: &impl Fn() -> Tensor<D>,
+) -> (f64, f64) {
+    let mut kept = Vec::with_capacity(calls);
+    device.sync().expect("sync");
+    let start = Instant::now();
+    for _ in 0..calls {
+        kept.push(call());
+    }
+    let issued = start.elapsed().as_secs_f64();
+    device.sync().expect("sync");
+    (start.elapsed().as_secs_f64() * 1e6, issued * 1e6)
+}
+
+/// Per call of 20 calls between two syncs, the marginal call ((20 - 10 calls) / 10) and the
+/// host's time per call (medians of 6 rounds after 2 warm-up rounds).
+pub(crate) fn queued_per_call<const D: usize>(
+    device: &Device,
+    call: impl Fn() -> Tensor<D>,
+) -> (f64, f64, f64) {
+    let (mut per_call, mut marginal, mut host) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..8 {
-        let mut kept = Vec::with_capacity(CALLS);
-        device.sync().expect("sync");
-        let start = Instant::now();
-        for _ in 0..CALLS {
-            kept.push(call());
-        }
-        let issued = start.elapsed().as_secs_f64();
-        device.sync().expect("sync");
+        let (ten, _) = burst(device, 10, &call);
+        let (twenty, issued) = burst(device, 20, &call);
         if i >= 2 {
-            host.push(issued * 1e6 / CALLS as f64);
-            per_call.push(start.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+            per_call.push(twenty / 20.0);
+            marginal.push((twenty - ten) / 10.0);
+            host.push(issued / 20.0);
         }
     }
-    (median(&per_call), median(&host))
+    (median(&per_call), median(&marginal), median(&host))
 }
 
 /// [`ApiTimes`] of `rms_norm_silu` on a `[rows, channels]` bf16 tensor.
@@ -85,20 +103,22 @@ pub(crate) fn time_api(device: &Device, rows: usize, channels: usize) -> ApiTime
         }
         drop(y);
     }
-    let (per_call, host) = queued_per_call(device, || rms_norm_silu(x.clone(), gamma.clone(), eps));
-    let (burn_op_per_call, _) = queued_per_call(device, || x.clone() * 2.0);
+    let (per_call, marginal, host) =
+        queued_per_call(device, || rms_norm_silu(x.clone(), gamma.clone(), eps));
+    let (_, burn_op_marginal, _) = queued_per_call(device, || x.clone() * 2.0);
     ApiTimes {
         synced: median(&synced),
         per_call,
+        marginal,
         host,
-        burn_op_per_call,
+        burn_op_marginal,
     }
 }
 
 pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
     let client = timer.client.clone();
     let mut csv = String::from(
-        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us,api_per_call_us,api_host_us,burn_op_per_call_us\n",
+        "c,t,dtype,knobs,source,kernel_us,copy_us,ratio_to_copy,kernel_gbps,copy_gbps,burn_composed_us,speedup_vs_burn,end_to_end_us,copy_unrolled_us,api_per_call_us,api_host_us,api_marginal_us,burn_op_marginal_us\n",
     );
     let mut shapes: Vec<(usize, usize)> = Vec::new();
     let tokens: &[usize] = if args.quick { &TOKENS[..2] } else { &TOKENS };
@@ -108,7 +128,7 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         }
     }
     println!(
-        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8}",
+        "{:>5} {:>7} {:>34} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8} {:>8}",
         "C",
         "T",
         "knobs",
@@ -122,6 +142,7 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         "copy4_us",
         "api_us",
         "host_us",
+        "next_us",
         "x2_us"
     );
     for (channels, rows) in shapes {
@@ -151,24 +172,26 @@ pub(crate) fn bench(timer: &mut Timer, device: &Device, args: &Args) {
         };
         writeln!(
             csv,
-            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2},{:.2},{:.2},{:.2}",
+            "{channels},{rows},bf16,{knobs},{source},{kernel:.2},{copy:.2},{:.3},{:.1},{:.1},{burn:.2},{:.2},{e2e:.2},{copy_unrolled:.2},{:.2},{:.2},{:.2},{:.2}",
             kernel / copy,
             bytes / kernel / 1e3,
             bytes / copy / 1e3,
             burn / kernel,
             api.per_call,
             api.host,
-            api.burn_op_per_call
+            api.marginal,
+            api.burn_op_marginal
         )
         .unwrap();
         println!(
-            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2} {:8.2} {:7.2} {:8.2}",
+            "{channels:5} {rows:7} {:>34} {source:>10} {kernel:9.2} {copy:9.2} {:7.3} {:8.1} {burn:9.2} {e2e:8.2} {copy_unrolled:9.2} {:8.2} {:7.2} {:8.2} {:8.2}",
             knobs.to_string(),
             kernel / copy,
             bytes / kernel / 1e3,
             api.per_call,
             api.host,
-            api.burn_op_per_call
+            api.marginal,
+            api.burn_op_marginal
         );
     }
     write_file(args, "bench.csv", &csv);
