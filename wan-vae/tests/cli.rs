@@ -48,6 +48,7 @@ fn bad_arguments_are_refused_by_name() {
     refused(&["--height=-3"], &["--height", "-3"]);
     refused(&["--raw-latent"], &["--latent"]);
     refused(&["--dtype", "f8"], &["--dtype", "f8"]);
+    refused(&["--precision", "fp4"], &["--precision", "fp4"]);
     refused(
         &["--weights", "/nonexistent/vae.safetensors"],
         &["/nonexistent/vae.safetensors"],
