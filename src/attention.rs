@@ -1,5 +1,6 @@
 //! Single-head attention (the Wan decoder's middle block): cubek's flash attention on CUDA (the H W x H W
-//! score matrix is never stored), Burn's `attention` elsewhere.
+//! score matrix is never stored), or query rows in chunks ([`AttentionRoutine::QueryChunks`]),
+//! Burn's `attention` elsewhere.
 //!
 //! Burn runs its flash kernels only through its autotune; without Burn's autotune (the GPU
 //! build) its default is the unfused fallback, so CubeCL backends call the flash routine
@@ -26,9 +27,44 @@ pub trait AttentionBackend: Backend {
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        routine: AttentionRoutine,
     ) -> FloatTensor<Self> {
+        let _ = routine;
         Self::attention(q, k, v, None, None, AttentionModuleOptions::default())
     }
+}
+
+/// How [`single_head_attention_with`] computes on CubeCL backends (elsewhere Burn's own
+/// `attention` runs whatever the routine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionRoutine {
+    /// cubek's flash attention on tensor cores (f16 tiles, f32 accumulation); on a device
+    /// without planes, or where flash refuses the shape, the scores of all rows at once.
+    #[default]
+    Flash,
+    /// The query rows in chunks whose f32 scores take at most `max_score_bytes` each: per
+    /// chunk two matrix products on cubek's default routine (tensor cores where the device has
+    /// them; the inputs' dtype, f32 accumulation) around an exact softmax in f32. Only one
+    /// chunk's scores exist at a time.
+    QueryChunks { max_score_bytes: usize },
+}
+
+/// Query rows per chunk for `routine` on `[B, H, S, D]` inputs, `None` for all rows at once.
+///
+/// # Panics
+/// When `max_score_bytes` cannot hold one query row's f32 scores (`B H S 4` bytes).
+pub fn query_rows_per_chunk(routine: AttentionRoutine, dims: [usize; 4]) -> Option<usize> {
+    let AttentionRoutine::QueryChunks { max_score_bytes } = routine else {
+        return None;
+    };
+    let [b, h, s, _] = dims;
+    let row = b * h * s * 4;
+    assert!(
+        max_score_bytes >= row,
+        "single_head_attention_with: `max_score_bytes` ({max_score_bytes}) must hold one query \
+         row's f32 scores ({row} bytes for B = {b}, H = {h}, S = {s})"
+    );
+    Some(max_score_bytes / row.max(1))
 }
 
 impl AttentionBackend for burn::backend::Flex {}
@@ -38,6 +74,20 @@ impl AttentionBackend for burn::backend::NdArray {}
 
 /// `softmax(q k^T / sqrt(D)) v` for `[B, 1, S, D]` tensors of the same shape.
 pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    single_head_attention_with(q, k, v, AttentionRoutine::Flash)
+}
+
+/// [`single_head_attention`] with a choice of [`AttentionRoutine`].
+///
+/// # Panics
+/// When q, k and v differ in shape, or (see [`query_rows_per_chunk`]) the chunk budget cannot
+/// hold one query row's scores.
+pub fn single_head_attention_with(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    routine: AttentionRoutine,
+) -> Tensor<4> {
     assert!(
         q.dims() == k.dims() && k.dims() == v.dims(),
         "single_head_attention: q, k and v must have the same shape, got {:?}, {:?}, {:?}",
@@ -45,10 +95,12 @@ pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor
         k.dims(),
         v.dims()
     );
+    query_rows_per_chunk(routine, q.dims());
     Tensor::from_dispatch(<Dispatch as AttentionBackend>::attention_one_head(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
+        routine,
     ))
 }
 
@@ -70,7 +122,7 @@ mod cube {
     use rmsnorm_silu_kernels::cubek::matmul::{multi_level, strategy::Strategy as MatmulRoutine};
     use rmsnorm_silu_kernels::cubek::std::InputBinding;
 
-    use super::AttentionBackend;
+    use super::{AttentionBackend, AttentionRoutine, query_rows_per_chunk};
     use crate::cube::elem_type;
 
     /// Planes per cube for the flash routine, tried in turn (for one head of 384 channels only
@@ -78,7 +130,16 @@ mod cube {
     const PLANES: [u8; 4] = [4, 2, 8, 1];
 
     impl AttentionBackend for CubeBackend {
-        fn attention_one_head(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
+        fn attention_one_head(
+            q: CubeTensor,
+            k: CubeTensor,
+            v: CubeTensor,
+            routine: AttentionRoutine,
+        ) -> CubeTensor {
+            let dims: [usize; 4] = q.meta.shape().dims();
+            if let Some(rows) = query_rows_per_chunk(routine, dims) {
+                return chunked_attention(q, k, v, rows);
+            }
             let options = AttentionModuleOptions::default();
             if q.client.properties().hardware.plane_size_max >= 32 {
                 // The routine's tiles are f16 and it has no stage that converts the inputs
@@ -125,9 +186,36 @@ mod cube {
     /// candidates whose tensor maps a 384-wide head dimension breaks (a launch error that
     /// poisons every later launch on the stream).
     fn unfused_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
+        let kt = CubeBackend::float_swap_dims(k, 2, 3);
+        attention_of_rows(q, kt, v)
+    }
+
+    /// [`unfused_attention`] over `rows` query rows at a time, the chunks' outputs joined along
+    /// the sequence axis.
+    fn chunked_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor, rows: usize) -> CubeTensor {
+        let s = q.meta.shape()[2];
+        if rows >= s {
+            return unfused_attention(q, k, v);
+        }
+        let kt = CubeBackend::float_swap_dims(k, 2, 3);
+        let full = burn::tensor::Slice::full();
+        let chunks = (0..s)
+            .step_by(rows)
+            .map(|start| {
+                let end = (start + rows).min(s);
+                let slices = [full, full, burn::tensor::Slice::from(start..end), full];
+                let q_rows = CubeBackend::float_slice(q.clone(), &slices);
+                attention_of_rows(q_rows, kt.clone(), v.clone())
+            })
+            .collect();
+        CubeBackend::float_cat(chunks, 2)
+    }
+
+    /// `softmax(q k^T / sqrt(D)) v` for the query rows `q` against all keys (`kt` = k
+    /// transposed), the scores in f32.
+    fn attention_of_rows(q: CubeTensor, kt: CubeTensor, v: CubeTensor) -> CubeTensor {
         let dtype = q.dtype;
         let head_dim = q.meta.shape()[3];
-        let kt = CubeBackend::float_swap_dims(k, 2, 3);
         let scores = product(q, kt, DType::F32);
         let scores = CubeBackend::float_mul_scalar(scores, (1.0 / (head_dim as f64).sqrt()).into());
         let max = CubeBackend::float_max_dim(scores.clone(), 3);

@@ -51,7 +51,10 @@ pub use api::{
     Capabilities, Norm, RmsNormSiluOptions, capabilities, rms_norm_silu, rms_norm_silu_dim,
     rms_norm_silu_into, rms_norm_silu_with,
 };
-pub use attention::{AttentionBackend, single_head_attention};
+pub use attention::{
+    AttentionBackend, AttentionRoutine, query_rows_per_chunk, single_head_attention,
+    single_head_attention_with,
+};
 pub use backend::RmsNormSiluBackend;
 pub use conv::{
     ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last,

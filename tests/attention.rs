@@ -2,10 +2,11 @@
 //! middle block's 384-wide head, a batch of frames, and q, k, v as channel slices of one
 //! tensor (as the decoder takes them from its qkv convolution). On CUDA this runs cubek's flash
 //! attention on f16 tiles (or the unfused fallback where flash refuses the shape), on the CPU
-//! runtime the unfused attention.
+//! runtime the unfused attention. The query-chunked routine runs its tensor-core products on
+//! CUDA and the same products on cubek's unit routine elsewhere.
 
 use burn::tensor::{DType, s};
-use burn_rmsnorm_silu::single_head_attention;
+use burn_rmsnorm_silu::{AttentionRoutine, single_head_attention, single_head_attention_with};
 
 use crate::common::*;
 
@@ -101,6 +102,57 @@ fn mismatched_shapes_are_refused_by_name() {
     });
     assert!(
         message.contains("q, k and v must have the same shape"),
+        "unexpected message: {message}"
+    );
+}
+
+/// The query rows in chunks (`AttentionRoutine::QueryChunks`): chunks that divide the rows and
+/// chunks that do not, one row a chunk, a budget over all rows, the 384-wide bf16 head.
+#[test]
+fn query_chunks_match_the_host_attention() {
+    let device = device();
+    let mut rng = rng("attention::query_chunks_match_the_host_attention");
+    let mut failures = Vec::new();
+    // (batch, positions, head width, dtype, rows per chunk)
+    let cases = [
+        (1, 37, 24, DType::F32, 10),
+        (2, 45, 40, DType::F32, 9),
+        (1, 5, 8, DType::F32, 1),
+        (1, 20, 16, DType::F32, 64),
+        (1, 96, 384, DType::BF16, 40),
+    ];
+    for (b, s, d, dtype, rows) in cases {
+        let n = b * s * d;
+        let [q, k, v] = [(); 3].map(|_| round_to(&randn(&mut rng, n), dtype));
+        let want = reference(&q, &k, &v, [b, s, d]);
+        let label = format!("b {b} s {s} d {d} {dtype:?}, {rows} rows a chunk");
+        // Every row is compared: a chunk joined out of place shows as another row's values.
+        record_failure(&mut failures, &label, || {
+            let [qt, kt, vt] = [&q, &k, &v].map(|t| tensor(t, [b, 1, s, d], dtype, &device));
+            let routine = AttentionRoutine::QueryChunks {
+                max_score_bytes: rows * b * s * 4,
+            };
+            let got = single_head_attention_with(qt, kt, vt, routine);
+            assert_eq!(got.dims(), [b, 1, s, d], "{label}: output shape");
+            assert_eq!(got.dtype(), dtype, "{label}: output dtype");
+            assert_close_to_scale(&values(got), &want, tolerance(dtype), &label);
+        });
+    }
+    assert_no_failures(&failures);
+}
+
+#[test]
+fn a_chunk_budget_below_one_row_is_refused_by_name() {
+    let device = device();
+    let a = tensor(&[0.0; 24], [1, 1, 6, 4], DType::F32, &device);
+    let message = panic_message(|| {
+        let routine = AttentionRoutine::QueryChunks {
+            max_score_bytes: 23,
+        };
+        single_head_attention_with(a.clone(), a.clone(), a.clone(), routine);
+    });
+    assert!(
+        message.contains("`max_score_bytes` (23)") && message.contains("24 bytes"),
         "unexpected message: {message}"
     );
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_rmsnorm_silu::AttentionRoutine;
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use wan_vae::{Ctx, Precision, WanConfig, WanDecoder, Weights, denormalize};
@@ -61,6 +62,10 @@ struct Args {
     /// Latent width of the random latent (video: 8x, or 16x for Wan2.2).
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "latent")]
     width: u32,
+    /// The middle block's attention: cubek's flash attention, or the query rows in chunks of
+    /// at most 64 MiB of f32 scores (two tensor-core products and an exact softmax per chunk).
+    #[arg(long, value_enum, default_value_t = AttentionKind::Flash)]
+    attention: AttentionKind,
     /// Weights' and activations' dtype.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     dtype: Dtype,
@@ -131,6 +136,12 @@ enum Model {
 enum Size {
     Small,
     Full,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AttentionKind {
+    Flash,
+    Chunks,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -218,6 +229,12 @@ fn main() {
     let dtype = match args.dtype {
         Dtype::F32 => DType::F32,
         Dtype::Bf16 => DType::BF16,
+    };
+    let attention = match args.attention {
+        AttentionKind::Flash => AttentionRoutine::Flash,
+        AttentionKind::Chunks => AttentionRoutine::QueryChunks {
+            max_score_bytes: 64 << 20,
+        },
     };
     let precision = match args.precision {
         SitePrecision::Native => Precision::Native,
@@ -339,6 +356,7 @@ fn main() {
     };
     let context = |profile: bool| {
         Ctx::new(fused, profile)
+            .with_attention(attention)
             .with_sync_calls(sync_calls)
             .with_release_memory_every(args.release_memory_every)
             .with_release_memory_first(args.release_memory_first)

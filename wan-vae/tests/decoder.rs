@@ -7,6 +7,7 @@
 //! CUDA device 0.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_rmsnorm_silu::AttentionRoutine;
 use wan_vae::config::WanConfig;
 use wan_vae::decoder::WanDecoder;
 use wan_vae::layers::{Ctx, Precision};
@@ -63,6 +64,17 @@ fn decode_fixture_in(
     dtype: DType,
     precision: Precision,
 ) -> (Vec<f64>, Vec<f64>) {
+    decode_fixture_with(name, fused, dtype, precision, AttentionRoutine::Flash)
+}
+
+/// [`decode_fixture_in`] with the middle block's attention run by `attention`.
+fn decode_fixture_with(
+    name: &str,
+    fused: bool,
+    dtype: DType,
+    precision: Precision,
+    attention: AttentionRoutine,
+) -> (Vec<f64>, Vec<f64>) {
     let dir = fixtures().join(name);
     let device = device();
     let weights_path = dir.join("diffusion_pytorch_model.safetensors");
@@ -79,7 +91,9 @@ fn decode_fixture_in(
     let (z, z_shape) = read_f32(&dir.join("io.safetensors"), "z");
     let z = Tensor::<5>::from_data(TensorData::new(z, z_shape), &device).cast(dtype);
     // (Synchronised around each call: faster on the CPU runtime.)
-    let ctx = Ctx::new(fused, false).with_sync_calls(true);
+    let ctx = Ctx::new(fused, false)
+        .with_sync_calls(true)
+        .with_attention(attention);
     let out = decoder.decode(z, &ctx, |_, _| {}).expect("a valid latent");
     // 29 norm + SiLU sites and 1 plain norm per latent frame in Wan2.1's full layout; the small
     // models have the same structure (2 + 3 per stage resnets x 2 norms + head + attention).
@@ -135,6 +149,23 @@ fn composed_norms_match_pytorch_too() {
     assert!(
         err <= 1e-4,
         "wan21_small unfused: max relative error {err:.2e} > 1e-4"
+    );
+}
+
+/// The middle block's attention over query rows in chunks (of the small model's 4 x 6 = 24
+/// latent positions a frame: 7 rows a chunk, the last chunk shorter).
+#[test]
+fn chunked_attention_matches_pytorch_too() {
+    let routine = AttentionRoutine::QueryChunks {
+        max_score_bytes: 7 * 24 * 4,
+    };
+    let (got, want) =
+        decode_fixture_with("wan21_small", true, DType::F32, Precision::Native, routine);
+    let err = max_relative_error(&got, &want);
+    eprintln!("wan21_small, attention in query chunks: max error / max |ref| = {err:.2e}");
+    assert!(
+        err <= 1e-4,
+        "wan21_small, chunked attention: max relative error {err:.2e} > 1e-4"
     );
 }
 

@@ -162,7 +162,9 @@ impl AttentionBlock {
         let k = qkv.clone().slice(s![.., .., .., c..2 * c]);
         let v = qkv.slice(s![.., .., .., 2 * c..3 * c]);
         let attended = ctx
-            .timed(&ctx.attention_time, &x.device(), || attention(q, k, v))
+            .timed(&ctx.attention_time, &x.device(), || {
+                single_head_attention_with(q, k, v, ctx.attention)
+            })
             .reshape([b, t, h, w, c]);
         let y = self.proj.forward(attended, None, ctx);
         ctx.timed(&ctx.add_time, &x.device(), || y + x)

@@ -20,7 +20,7 @@ use burn_rmsnorm_silu::{
 
 use crate::config::WanConfig;
 use crate::weights::{WeightError, Weights};
-use burn_rmsnorm_silu::single_head_attention as attention;
+use burn_rmsnorm_silu::{AttentionRoutine, single_head_attention_with};
 
 mod blocks;
 mod cache;
@@ -73,6 +73,8 @@ pub struct Ctx {
     pub sites: RefCell<BTreeMap<SiteKey, (usize, Duration)>>,
     /// The FP8 norm sites' delayed scales ([`Precision::Fp8`]).
     pub fp8_scales: RefCell<Fp8Scales>,
+    /// How the middle block's attention runs (default: cubek's flash attention).
+    pub attention: AttentionRoutine,
 }
 
 /// A call site of the profile: its kind and its input's shape.
@@ -126,7 +128,13 @@ impl Ctx {
             peak_memory: Cell::new(MemoryPeak::default()),
             sites: RefCell::new(BTreeMap::new()),
             fp8_scales: RefCell::new(Fp8Scales::default()),
+            attention: AttentionRoutine::Flash,
         }
+    }
+
+    /// The same context with `attention` set.
+    pub fn with_attention(self, attention: AttentionRoutine) -> Self {
+        Self { attention, ..self }
     }
 
     /// The same context with `sync_calls` set.
