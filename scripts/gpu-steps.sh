@@ -158,17 +158,23 @@ for step in "${steps[@]}"; do
                  timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t$t.safetensors" 2>&1 \
                      | tail -2 | tee -a "$out/wan-$t.log"
                  rm -f "$work/ours_t$t.safetensors"; pack
-                 # WAN_VARIANT="flags": the same decode again with other decoder flags (e.g.
-                 # "--release-memory-every 1"), its own log and peak.
-                 if [ -n "${WAN_VARIANT:-}" ]; then
-                     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/wan-$t-variant-mem.txt" 2>/dev/null & smi=$!
+                 # WAN_VARIANT="flags[; flags...]": the same decode again with other decoder flags
+                 # (e.g. "--attention chunks; --precision fp8"), each with its own log
+                 # (wan-<T>-variant<i>.log), peak and PSNR.
+                 IFS=';' read -r -a variants <<< "${WAN_VARIANT:-}"
+                 for vi in "${!variants[@]}"; do
+                     v=${variants[$vi]}; [ -n "${v// }" ] || continue; name=wan-$t-variant$vi
+                     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$name-mem.txt" 2>/dev/null & smi=$!
                      (cd gpu && timeout "${WAN_TIMEOUT:-200}" ./wan --weights "$work/wan21_random_decoder.safetensors" \
                          --latent "$work/latent_t$t.safetensors" --raw-latent --dtype bf16 --no-write ${WAN_ARGS:---no-check} \
-                         --device cuda --no-profile $WAN_VARIANT) > "$out/wan-$t-variant.log" 2>&1
+                         --device cuda --no-profile --save "$work/ours_t${t}_variant.safetensors" $v) > "$out/$name.log" 2>&1
                      kill $smi 2>/dev/null
-                     echo "ours ($WAN_VARIANT), T = $t: peak $(sort -n "$out/wan-$t-variant-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/wan-$t-variant.log"
-                     grep -E "^decode|^memory|peak" "$out/wan-$t-variant.log" | cut -c1-260; pack
-                 fi
+                     echo "ours ($v), T = $t: peak $(sort -n "$out/$name-mem.txt" | tail -1) MiB in use on the GPU (nvidia-smi)" >> "$out/$name.log"
+                     timeout 60 python3 scripts/wan_torch.py psnr "$work" $t "$work/ours_t${t}_variant.safetensors" 2>&1 \
+                         | tail -1 >> "$out/$name.log"
+                     rm -f "$work/ours_t${t}_variant.safetensors"
+                     grep -E "^decode|^memory|peak|PSNR" "$out/$name.log" | cut -c1-260; pack
+                 done
                  [ "${WAN_TORCH:-1}" = 1 ] || continue
                  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/torch-$t-mem.txt" 2>/dev/null & smi=$!
                  timeout 240 python3 scripts/wan_torch.py decode "$work" $t > "$out/torch-decode-$t.log" 2>&1
