@@ -221,8 +221,9 @@ mod cube {
         let max = CubeBackend::float_max_dim(scores.clone(), 3);
         let weights = CubeBackend::float_exp(CubeBackend::float_sub(scores, max));
         let sum = CubeBackend::float_sum_dim(weights.clone(), 3);
-        let probabilities = cast(CubeBackend::float_div(weights, sum), dtype);
-        product(probabilities, v, dtype)
+        // The normalisation after the second product: `D` values a row instead of `S`.
+        let unnormalised = product(cast(weights, dtype), v, DType::F32);
+        cast(CubeBackend::float_div(unnormalised, sum), dtype)
     }
 
     /// `lhs @ rhs` on cubek's default routine, or its naive one where the default refuses the
