@@ -200,6 +200,48 @@ fn narrow_outputs_match_the_host_convolution() {
     }
 }
 
+/// A channels-first tensor permuted to `[B, T, H, W, C]` (channels not contiguous, as the
+/// decoder's latent): copied once and convolved, for the direct kernel (3 output channels) and
+/// the wider path (8), against the host convolution of the permuted values.
+#[test]
+fn channels_first_views_match_the_host_convolution() {
+    let device = device();
+    let mut rng = rng("conv3d_channels_last channels-first view");
+    let (b, c, t, h, w) = (1, 6, 3, 5, 7);
+    let first = round_to(&randn(&mut rng, b * c * t * h * w), DType::F32);
+    // The same values channels-last, for the reference.
+    let mut last = vec![0.0; first.len()];
+    for ci in 0..c {
+        for p in 0..t * h * w {
+            last[p * c + ci] = first[ci * t * h * w + p];
+        }
+    }
+    for c_out in [3, 8] {
+        let ws = [c_out, 3, 3, 3, c];
+        let wv = round_to(
+            &uniform(&mut rng, ws.iter().product(), -0.5, 0.5),
+            DType::F32,
+        );
+        let bias = round_to(&uniform(&mut rng, c_out, -0.5, 0.5), DType::F32);
+        let padding = ConvPadding::causal(2, 1);
+        let (want, shape) = reference(&last, [b, t, h, w, c], &wv, ws, &bias, padding);
+        let x = tensor::<5>(&first, [b, c, t, h, w], DType::F32, &device).permute([0, 2, 3, 4, 1]);
+        let got = conv3d_channels_last(
+            x,
+            tensor::<5>(&wv, ws, DType::F32, &device),
+            tensor::<1>(&bias, [c_out], DType::F32, &device),
+            padding,
+        );
+        assert_eq!(got.dims(), shape, "C_out {c_out}");
+        assert_close_to_scale(
+            &values(got),
+            &want,
+            tolerance(DType::F32),
+            &format!("channels-first view, C_out {c_out}"),
+        );
+    }
+}
+
 /// Nearest x2 upsampling of H and W then a 3x3 convolution (padding 1), against the four folded
 /// 2x2 phase convolutions of the low-resolution input; odd sizes, batch 2, bf16 and f32.
 #[test]

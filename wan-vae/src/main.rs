@@ -419,7 +419,14 @@ fn main() {
             );
         }
     }
-    if !args.no_check {
+    if !args.no_check && precision != Precision::Native {
+        // FP8 sites run the fused kernel in both decodes, and E4M3 rounds the composed sites'
+        // slightly different values to different codes: no rounding-level comparison there.
+        println!(
+            "check skipped: --precision {:?} (FP8 sites)",
+            args.precision
+        );
+    } else if !args.no_check {
         // The same decode with the norm sites composed from Burn ops: the fused op must not
         // change the video beyond rounding.
         let check = decoder

@@ -1,0 +1,184 @@
+//! The CubeCL backends' convolutions: this crate's direct kernel or cubek's implicit GEMM on
+//! channels-last memory, Burn's direct convolution where neither runs.
+
+use burn::backend::TensorMetadata;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::{
+    CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
+    tensor::CubeTensor,
+};
+use rmsnorm_silu_kernels::conv::{
+    ConvChoice, ConvOperands, ConvShape, launch_conv, select_conv_on,
+};
+use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
+use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
+use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
+use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
+
+use burn::tensor::ops::ConvOptions;
+use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};
+
+use super::{
+    ConvBackend, ConvPadding, Phases, conv_output_shape, phased_output_shape, phases_with,
+};
+
+/// Burn's direct convolution on the same channels-last memory, where the implicit GEMM does
+/// not run (the CubeCL CPU runtime, or a configuration cubek refuses). Never Burn's
+/// autotuned convolution: it compiles and times every candidate for each new shape.
+fn direct(x: CubeTensor, weight: CubeTensor, bias: CubeTensor, padding: ConvPadding) -> CubeTensor {
+    let options = ConvOptions::new_with_padding([1; 3], padding.pairs(), [1; 3], 1);
+    conv_forward_nhwc::<3>(x, weight, Some(bias), options, ConvStrategy::Direct)
+        .expect("Burn's direct convolution runs every stride-1 shape")
+}
+
+impl ConvBackend for CubeBackend {
+    fn conv3d_channels_last(
+        x: CubeTensor,
+        weight: CubeTensor,
+        bias: CubeTensor,
+        padding: ConvPadding,
+    ) -> CubeTensor {
+        let out_dims = conv_output_shape(&x.shape(), &weight.shape(), &padding)
+            .expect("checked by conv3d_channels_last");
+        let phases = Phases {
+            factor: [1, 1, 1],
+            padding: [padding; super::MAX_PHASES],
+        };
+        match launch_phases(&x, &weight, &bias, &phases, out_dims) {
+            Some(out) => out,
+            None => direct(x, weight, bias, padding),
+        }
+    }
+
+    fn conv3d_channels_last_phases(
+        x: CubeTensor,
+        weights: CubeTensor,
+        bias: CubeTensor,
+        phases: Phases,
+    ) -> CubeTensor {
+        let out_dims = phased_output_shape(&x.shape(), &weights.shape(), &bias.shape(), &phases)
+            .expect("checked by conv3d_channels_last_phases");
+        match launch_phases(&x, &weights, &bias, &phases, out_dims) {
+            Some(out) => out,
+            None => phases_with::<Self>(x, weights, bias, phases, direct),
+        }
+    }
+}
+
+/// A view of `t`'s buffer: `shape` with `strides`, starting `offset` elements in.
+fn view(t: &CubeTensor, offset: usize, shape: &[usize], strides: &[usize]) -> TensorBinding {
+    let bytes = (offset * t.dtype.size()) as u64;
+    unsafe {
+        TensorBinding::from_raw_parts(
+            t.handle.clone().offset_start(bytes),
+            Strides::new(strides),
+            ZShape::from(shape.to_vec()),
+        )
+    }
+}
+
+/// One launch per phase, each writing its positions of one dense `out_dims` result: the
+/// direct kernel for at most four output channels (any CubeCL runtime), else cubek's
+/// implicit GEMM (the table's configuration, else cubek's own); or None where neither runs:
+/// no tensor cores (the CubeCL CPU runtime's planes of one), a dtype other than f32 / f16
+/// / bf16, or a refused configuration (logged).
+fn launch_phases(
+    x: &CubeTensor,
+    weights: &CubeTensor,
+    bias: &CubeTensor,
+    phases: &Phases,
+    out_dims: [usize; 5],
+) -> Option<CubeTensor> {
+    let client = &x.client;
+    let tensor_cores = client.properties().hardware.plane_size_max >= 32;
+    let elem = match x.dtype {
+        DType::F32 => ElemType::Float(FloatKind::F32),
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return None,
+    };
+    // The kernels read channels-last memory with the channels contiguous; another layout (a
+    // channels-first tensor permuted to channels-last) is copied once rather than refused.
+    let x = &match x.meta.strides().last() {
+        Some(1) => x.clone(),
+        _ => into_contiguous(x.clone()),
+    };
+    // Weights and bias are read as dense blocks, one per phase.
+    let weights = into_contiguous(weights.clone());
+    let bias = into_contiguous(bias.clone());
+    let dims = x.shape().to_vec();
+    let wdims = weights.shape().to_vec();
+    // [C_out, kT, kH, kW, C_in], after the phase axis when there is one.
+    let kernel_dims: Vec<usize> = wdims[wdims.len() - 5..].to_vec();
+    let per_phase = kernel_dims.iter().product::<usize>();
+    let c_out = kernel_dims[0];
+    let out = empty_device_contiguous_dtype(
+        client.clone(),
+        x.device.clone(),
+        Shape::new(out_dims),
+        x.dtype,
+    );
+    let out_strides = contiguous_strides(out_dims);
+    let [ft, fh, fw] = phases.factor;
+    let phase_dims = [
+        out_dims[0],
+        out_dims[1] / ft,
+        out_dims[2] / fh,
+        out_dims[3] / fw,
+        out_dims[4],
+    ];
+    let phase_strides = [
+        out_strides[0],
+        out_strides[1] * ft,
+        out_strides[2] * fh,
+        out_strides[3] * fw,
+        1,
+    ];
+    for p in 0..phases.count() {
+        let padding = phases.padding[p];
+        let shape = ConvShape {
+            batch: dims[0],
+            input: [dims[1], dims[2], dims[3]],
+            c_in: dims[4],
+            c_out,
+            kernel: [kernel_dims[1], kernel_dims[2], kernel_dims[3]],
+            padding: [padding.t.0, padding.h.0, padding.w.0],
+            output: [phase_dims[1], phase_dims[2], phase_dims[3]],
+        };
+        let [at, ah, aw] = phases.offsets(p);
+        let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
+        let choice = select_conv_on(client, &shape);
+        let mut tried = vec![choice];
+        if choice != ConvChoice::Inferred {
+            tried.push(ConvChoice::Inferred);
+        }
+        // cubek's kernels need tensor cores (not the CPU runtime's planes of one).
+        tried.retain(|c| tensor_cores || matches!(c, ConvChoice::Direct(_)));
+        let launched = tried.into_iter().any(|choice| {
+            let operands = ConvOperands {
+                input: x.clone().binding(),
+                weight: view(
+                    &weights,
+                    p * per_phase,
+                    &kernel_dims,
+                    &contiguous_strides(&kernel_dims),
+                ),
+                bias: Some(view(&bias, p * c_out, &[c_out], &[1])),
+                out: view(&out, out_offset, &phase_dims, &phase_strides),
+            };
+            match launch_conv(client, operands, elem, &shape, &choice) {
+                Ok(()) => true,
+                Err(e) if e.is_knobs() => {
+                    log::warn!("conv3d_channels_last: {choice} refused for {shape:?}: {e}");
+                    false
+                }
+                // The arguments were checked above: a malformed problem is this module's bug.
+                Err(e) => panic!("conv3d_channels_last: {e}"),
+            }
+        });
+        if !launched {
+            return None;
+        }
+    }
+    Some(out)
+}
