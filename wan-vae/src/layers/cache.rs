@@ -70,19 +70,16 @@ impl FrameCache {
         x: Tensor<5>,
         ctx: &Ctx,
     ) -> Tensor<5> {
+        if conv.fp8_input {
+            // E4M3 codes (dequantised), then the plain cached convolution (joined by a copy).
+            let y = norm.forward_fp8(x, ctx);
+            return self.conv(conv, y, ctx);
+        }
         let (i, slot) = self.take();
         let previous = match slot {
             Slot::Frames(f) if conv.context > 0 => Some(*f),
             _ => None,
         };
-        if conv.fp8_input {
-            // E4M3 codes (dequantised) joined behind the cached frames.
-            let y = norm.forward_fp8(x, ctx);
-            let keep = Self::keep(&y, previous.as_ref(), false);
-            let out = conv.forward(y, previous, ctx);
-            self.slots[i] = Slot::Frames(Box::new(keep));
-            return out;
-        }
         let (input, front) = match previous {
             Some(previous) => {
                 let [b, t, h, w, c] = x.dims();
