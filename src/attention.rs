@@ -53,7 +53,7 @@ pub enum AttentionRoutine {
 ///
 /// # Panics
 /// When `max_score_bytes` cannot hold one query row's f32 scores (`B H S 4` bytes).
-pub fn query_rows_per_chunk(routine: AttentionRoutine, dims: [usize; 4]) -> Option<usize> {
+pub(crate) fn query_rows_per_chunk(routine: AttentionRoutine, dims: [usize; 4]) -> Option<usize> {
     let AttentionRoutine::QueryChunks { max_score_bytes } = routine else {
         return None;
     };
@@ -80,8 +80,8 @@ pub fn single_head_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor
 /// [`single_head_attention`] with a choice of [`AttentionRoutine`].
 ///
 /// # Panics
-/// When q, k and v differ in shape, or (see [`query_rows_per_chunk`]) the chunk budget cannot
-/// hold one query row's scores.
+/// When q, k and v differ in shape, or the chunk budget cannot hold one query row's f32
+/// scores (`B H S 4` bytes).
 pub fn single_head_attention_with(
     q: Tensor<4>,
     k: Tensor<4>,

@@ -52,8 +52,7 @@ pub use api::{
     rms_norm_silu_into, rms_norm_silu_with,
 };
 pub use attention::{
-    AttentionBackend, AttentionRoutine, query_rows_per_chunk, single_head_attention,
-    single_head_attention_with,
+    AttentionBackend, AttentionRoutine, single_head_attention, single_head_attention_with,
 };
 pub use backend::RmsNormSiluBackend;
 pub use conv::{
