@@ -56,7 +56,7 @@ pub use attention::{
 };
 pub use backend::RmsNormSiluBackend;
 pub use conv::{
-    ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last,
+    ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last, conv3d_channels_last_add,
     conv3d_channels_last_phases, fold_upsample2x_weights,
 };
 pub use formats::{fp8_scheme, nvfp4_scheme};

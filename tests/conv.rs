@@ -6,7 +6,8 @@
 
 use burn::tensor::DType;
 use burn_rmsnorm_silu::{
-    ConvPadding, Phases, conv3d_channels_last, conv3d_channels_last_phases, fold_upsample2x_weights,
+    ConvPadding, Phases, conv3d_channels_last, conv3d_channels_last_add,
+    conv3d_channels_last_phases, fold_upsample2x_weights,
 };
 
 use crate::common::*;
@@ -155,6 +156,65 @@ fn host_convolution_cases(dtype: DType) {
             rel,
             &format!("{dtype:?} {xs:?} * {ws:?} {padding:?}"),
         );
+    }
+}
+
+/// `conv3d_channels_last_add` against the host convolution plus the residual: a residual that
+/// is the tensor's last use (on CUDA the convolution stores into it, adding), one that is
+/// still used afterwards (it must come back unchanged), a channels-first view (not dense), and
+/// a layer the direct kernel runs (no accumulating form); f32 and bf16.
+#[test]
+fn residual_joins_in_the_store() {
+    let device = device();
+    for dtype in [DType::F32, DType::BF16] {
+        let mut rng = rng(&format!("conv3d_channels_last_add {dtype:?}"));
+        let cases: [([usize; 5], [usize; 5], ConvPadding); 3] = [
+            ([1, 1, 5, 6, 7], [5, 3, 3, 3, 7], ConvPadding::causal(2, 1)),
+            ([2, 3, 2, 5, 9], [6, 1, 1, 1, 9], ConvPadding::causal(0, 0)),
+            ([1, 1, 4, 5, 8], [3, 3, 3, 3, 8], ConvPadding::causal(2, 1)),
+        ];
+        for (xs, ws, padding) in cases {
+            let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+            let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.5, 0.5), dtype);
+            let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
+            let (conv, shape) = reference(&x, xs, &w, ws, &b, padding);
+            let r = round_to(&randn(&mut rng, conv.len()), dtype);
+            let want: Vec<f64> = conv.iter().zip(&r).map(|(c, r)| c + r).collect();
+            let run = |residual: burn::tensor::Tensor<5>| {
+                conv3d_channels_last_add(
+                    tensor::<5>(&x, xs, dtype, &device),
+                    tensor::<5>(&w, ws, dtype, &device),
+                    tensor::<1>(&b, [ws[0]], dtype, &device),
+                    padding,
+                    residual,
+                )
+            };
+            let what = format!("{dtype:?} {xs:?} * {ws:?}");
+            let rel = tolerance(dtype);
+            // The residual's last use.
+            let got = run(tensor::<5>(&r, shape, dtype, &device));
+            assert_eq!(got.dims(), shape, "{what}");
+            assert_close_to_scale(&values(got), &want, rel, &format!("{what}, last use"));
+            // Still used afterwards: the sum is right and the residual unchanged.
+            let kept = tensor::<5>(&r, shape, dtype, &device);
+            let got = run(kept.clone());
+            assert_close_to_scale(&values(got), &want, rel, &format!("{what}, shared"));
+            assert_eq!(values(kept), r, "{what}: a shared residual was written");
+            // A channels-first tensor permuted to channels-last.
+            let [n, t, h, wd, c] = shape;
+            let mut first = vec![0.0; r.len()];
+            for (i, v) in r.iter().enumerate() {
+                let (ci, p) = (i % c, i / c);
+                let (wi, p) = (p % wd, p / wd);
+                let (hi, p) = (p % h, p / h);
+                let (ti, ni) = (p % t, p / t);
+                first[(((ni * c + ci) * t + ti) * h + hi) * wd + wi] = *v;
+            }
+            let view =
+                tensor::<5>(&first, [n, c, t, h, wd], dtype, &device).permute([0, 2, 3, 4, 1]);
+            let got = run(view);
+            assert_close_to_scale(&values(got), &want, rel, &format!("{what}, view"));
+        }
     }
 }
 
@@ -407,6 +467,19 @@ fn bad_arguments_name_what_is_wrong() {
         conv3d_channels_last(t([1, 1, 4, 4, 6]), w, bias(2), ConvPadding::causal(2, 1));
     });
     assert!(msg.contains("`weight` must have the dtype of `x`"), "{msg}");
+    let msg = panic_message(|| {
+        conv3d_channels_last_add(
+            t([1, 1, 4, 4, 6]),
+            t([2, 3, 3, 3, 6]),
+            bias(2),
+            ConvPadding::causal(2, 1),
+            t([1, 1, 4, 4, 3]),
+        );
+    });
+    assert!(
+        msg.contains("`residual` must have the output's shape [1, 1, 4, 4, 2]"),
+        "{msg}"
+    );
     let msg = panic_message(|| {
         let w6 = tensor::<6>(
             &vec![0.5; 3 * 2 * 4 * 6],

@@ -107,6 +107,7 @@ impl Case {
             weight: binding(&self.weight, &[s.c_out, kt, kh, kw, s.c_in]),
             bias: Some(binding(&self.bias, &[s.c_out])),
             out: binding(out, &[s.batch, ot, oh, ow, s.c_out]),
+            accumulate: false,
         };
         launch_conv(client, operands, BF16, s, choice).map_err(|e| e.to_string())
     }

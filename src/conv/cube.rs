@@ -44,10 +44,39 @@ impl ConvBackend for CubeBackend {
             factor: [1, 1, 1],
             padding: [padding; super::MAX_PHASES],
         };
-        match launch_phases(&x, &weight, &bias, &phases, out_dims) {
+        match launch_phases(&x, &weight, &bias, &phases, out_dims, None) {
             Some(out) => out,
             None => direct(x, weight, bias, padding),
         }
+    }
+
+    fn conv3d_channels_last_add(
+        x: CubeTensor,
+        weight: CubeTensor,
+        bias: CubeTensor,
+        padding: ConvPadding,
+        residual: CubeTensor,
+    ) -> CubeTensor {
+        let out_dims = conv_output_shape(&x.shape(), &weight.shape(), &padding)
+            .expect("checked by conv3d_channels_last_add");
+        // The convolution stores into the residual's memory, adding what it holds: only where
+        // that memory is dense, of the output's shape and shared with no other tensor.
+        if residual.can_mut()
+            && residual.is_contiguous()
+            && residual.dtype == x.dtype
+            && residual.shape().to_vec() == out_dims
+        {
+            let phases = Phases {
+                factor: [1, 1, 1],
+                padding: [padding; super::MAX_PHASES],
+            };
+            let into = Some(residual.clone());
+            if let Some(out) = launch_phases(&x, &weight, &bias, &phases, out_dims, into) {
+                return out;
+            }
+        }
+        let y = Self::conv3d_channels_last(x, weight, bias, padding);
+        burn_cubecl::ops::numeric::add(y, residual)
     }
 
     fn conv3d_channels_last_phases(
@@ -58,7 +87,7 @@ impl ConvBackend for CubeBackend {
     ) -> CubeTensor {
         let out_dims = phased_output_shape(&x.shape(), &weights.shape(), &bias.shape(), &phases)
             .expect("checked by conv3d_channels_last_phases");
-        match launch_phases(&x, &weights, &bias, &phases, out_dims) {
+        match launch_phases(&x, &weights, &bias, &phases, out_dims, None) {
             Some(out) => out,
             None => phases_with::<Self>(x, weights, bias, phases, direct),
         }
@@ -81,13 +110,16 @@ fn view(t: &CubeTensor, offset: usize, shape: &[usize], strides: &[usize]) -> Te
 /// direct kernel for at most four output channels (any CubeCL runtime), else cubek's
 /// implicit GEMM (the table's configuration, else cubek's own); or None where neither runs:
 /// no tensor cores (the CubeCL CPU runtime's planes of one), a dtype other than f32 / f16
-/// / bf16, or a refused configuration (logged).
+/// / bf16, or a refused configuration (logged). With `accumulate_into` (a dense tensor of
+/// `out_dims`), the result is added to what that tensor holds, in its memory: cubek's implicit
+/// GEMM with the table's configuration only, None (nothing written) where the shape has none.
 fn launch_phases(
     x: &CubeTensor,
     weights: &CubeTensor,
     bias: &CubeTensor,
     phases: &Phases,
     out_dims: [usize; 5],
+    accumulate_into: Option<CubeTensor>,
 ) -> Option<CubeTensor> {
     let client = &x.client;
     let tensor_cores = client.properties().hardware.plane_size_max >= 32;
@@ -112,12 +144,15 @@ fn launch_phases(
     let kernel_dims: Vec<usize> = wdims[wdims.len() - 5..].to_vec();
     let per_phase = kernel_dims.iter().product::<usize>();
     let c_out = kernel_dims[0];
-    let out = empty_device_contiguous_dtype(
-        client.clone(),
-        x.device.clone(),
-        Shape::new(out_dims),
-        x.dtype,
-    );
+    let accumulate = accumulate_into.is_some();
+    let out = accumulate_into.unwrap_or_else(|| {
+        empty_device_contiguous_dtype(
+            client.clone(),
+            x.device.clone(),
+            Shape::new(out_dims),
+            x.dtype,
+        )
+    });
     let out_strides = contiguous_strides(out_dims);
     let [ft, fh, fw] = phases.factor;
     let phase_dims = [
@@ -152,8 +187,10 @@ fn launch_phases(
         if choice != ConvChoice::Inferred {
             tried.push(ConvChoice::Inferred);
         }
-        // cubek's kernels need tensor cores (not the CPU runtime's planes of one).
+        // cubek's kernels need tensor cores (not the CPU runtime's planes of one); only its
+        // table configurations accumulate.
         tried.retain(|c| tensor_cores || matches!(c, ConvChoice::Direct(_)));
+        tried.retain(|c| !accumulate || matches!(c, ConvChoice::Knobs(_)));
         let launched = tried.into_iter().any(|choice| {
             let operands = ConvOperands {
                 input: x.clone().binding(),
@@ -165,6 +202,7 @@ fn launch_phases(
                 ),
                 bias: Some(view(&bias, p * c_out, &[c_out], &[1])),
                 out: view(&out, out_offset, &phase_dims, &phase_strides),
+                accumulate,
             };
             match launch_conv(client, operands, elem, &shape, &choice) {
                 Ok(()) => true,

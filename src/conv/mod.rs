@@ -247,6 +247,21 @@ pub trait ConvBackend: Backend {
     ) -> FloatTensor<Self> {
         burn_conv3d_phases::<Self>(x, weights, bias, phases)
     }
+
+    #[fusion(dtype = x, shape = {
+        let out = conv_output_shape(x, weight, padding).expect("checked by conv3d_channels_last_add");
+        burn::tensor::Shape::new(out)
+    })]
+    fn conv3d_channels_last_add(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: ConvPadding,
+        residual: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let y = burn_conv3d::<Self>(x, weight, bias, padding);
+        Self::float_add(y, residual)
+    }
 }
 
 impl ConvBackend for burn::backend::Flex {}
@@ -353,10 +368,10 @@ pub fn conv3d_channels_last_phases(
     ))
 }
 
-fn same_dtype_and_device(
+fn same_dtype_and_device<const N: usize>(
     op: &str,
     x: &Tensor<5>,
-    others: [(&str, burn::tensor::DType, burn::tensor::Device); 2],
+    others: [(&str, burn::tensor::DType, burn::tensor::Device); N],
 ) {
     let device = x.device();
     for (name, dtype, d) in others {
@@ -415,6 +430,55 @@ pub fn conv3d_channels_last(
         weight.into_dispatch(),
         bias.into_dispatch(),
         padding,
+    ))
+}
+
+/// [`conv3d_channels_last`] with a residual connection: `conv(x) + bias + residual`, where
+/// `residual` has the output's shape.
+///
+/// On CUDA, where cubek's implicit GEMM runs the shape in a table configuration and `residual`
+/// is a dense tensor that no other tensor shares (its last use), the convolution stores into
+/// `residual`'s memory, adding what it holds: one pass over the output instead of a separate
+/// add's three. Otherwise the convolution, then Burn's add.
+///
+/// # Panics
+/// As [`conv3d_channels_last`], and when `residual`'s shape, dtype or device differ from the
+/// output's.
+pub fn conv3d_channels_last_add(
+    x: Tensor<5>,
+    weight: Tensor<5>,
+    bias: Tensor<1>,
+    padding: ConvPadding,
+    residual: Tensor<5>,
+) -> Tensor<5> {
+    let out = conv_output_shape(&x.dims(), &weight.dims(), &padding)
+        .unwrap_or_else(|e| panic!("conv3d_channels_last_add: {e}"));
+    assert!(
+        residual.dims() == out,
+        "conv3d_channels_last_add: `residual` must have the output's shape {out:?}, got {:?}",
+        residual.dims()
+    );
+    let [bias_len] = bias.dims();
+    assert!(
+        bias_len == out[4],
+        "conv3d_channels_last_add: `bias` must have length C_out = {}, got {bias_len}",
+        out[4]
+    );
+    same_dtype_and_device(
+        "conv3d_channels_last_add",
+        &x,
+        [
+            ("weight", weight.dtype(), weight.device()),
+            ("bias", bias.dtype(), bias.device()),
+            ("residual", residual.dtype(), residual.device()),
+        ],
+    );
+    Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last_add(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        padding,
+        residual.into_dispatch(),
     ))
 }
 

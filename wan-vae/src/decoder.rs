@@ -203,7 +203,7 @@ impl WanDecoder {
         for stage in &self.stages {
             x = stage.forward(x, cache, ctx, first_chunk);
         }
-        cache.norm_conv(&self.norm_out, &self.conv_out, x, ctx)
+        cache.norm_conv(&self.norm_out, &self.conv_out, x, None, ctx)
     }
 
     /// Decodes `z` (`[B, z_dim, T, h, w]`, already de-normalised) frame by frame with the causal

@@ -406,7 +406,11 @@ pub fn launch_direct(
         weight,
         bias,
         out,
+        accumulate,
     } = operands;
+    if accumulate {
+        return bad("the direct convolution does not add to its output (`accumulate`)".into());
+    }
     let Some(bias) = bias else {
         return bad("the direct convolution needs a bias".into());
     };

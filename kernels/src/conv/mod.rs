@@ -10,10 +10,13 @@
 //! - [`knobs`]: one launch configuration ([`ConvKnobs`]) and its text form;
 //! - [`table`]: the per-architecture table of measured configurations and its lookup;
 //! - [`direct`]: a direct convolution on CUDA cores for layers of at most four output
-//!   channels, where a tensor-core tile would be mostly empty.
+//!   channels, where a tensor-core tile would be mostly empty;
+//! - `accumulate`: the implicit GEMM adding its result to what the output holds (a residual
+//!   connection in the store, [`ConvOperands::accumulate`]).
 //!
 //! The GEMM view: `M = B T' H' W'` output positions, `N = C_out`, `K = C_in kT kH kW`.
 
+mod accumulate;
 pub mod direct;
 pub mod knobs;
 pub mod table;
@@ -240,6 +243,10 @@ pub struct ConvOperands {
     pub weight: TensorBinding,
     pub bias: Option<TensorBinding>,
     pub out: TensorBinding,
+    /// `out` holds a residual on entry and the convolution adds to it (`out += conv + bias`);
+    /// cubek's implicit GEMM with a table configuration only (the direct kernel and cubek's
+    /// own selection refuse it).
+    pub accumulate: bool,
 }
 
 /// The widest load (in elements, at most 16 bytes) that divides `channels`.
@@ -266,6 +273,12 @@ pub fn launch_conv(
     choice: &ConvChoice,
 ) -> Result<(), KernelError> {
     let knobs = match choice {
+        ConvChoice::Direct(_) | ConvChoice::Inferred if operands.accumulate => {
+            return Err(KernelError::InvalidKnobs(format!(
+                "{choice} does not add to its output: an accumulating convolution needs a \
+                 table configuration of cubek's implicit GEMM"
+            )));
+        }
         ConvChoice::Direct(knobs) => return launch_direct(client, operands, elem, shape, knobs),
         ConvChoice::Knobs(knobs) => Some(knobs),
         ConvChoice::Inferred => None,
@@ -288,6 +301,7 @@ fn launch_cubek(
         weight,
         bias,
         out,
+        accumulate,
     } = operands;
     let strategy = match knobs {
         None => Strategy::Inferred {
@@ -324,6 +338,32 @@ fn launch_cubek(
         rhs: elem,
         out: elem,
     });
+    if accumulate {
+        let (
+            Strategy::Forced {
+                algorithm,
+                blueprint,
+            },
+            Some(_),
+        ) = (&strategy, knobs)
+        else {
+            unreachable!("launch_conv refuses an accumulating launch without knobs");
+        };
+        let problem = problem(&input, &weight, &out, shape, elem);
+        return accumulate::launch_accumulating(
+            *algorithm,
+            client,
+            accumulate::AccumulateLaunch {
+                input: InputBinding::new(input, elem),
+                weight: InputBinding::new(weight, elem),
+                bias: bias.map(|b| InputBinding::new(b, elem)),
+                out,
+                problem,
+                blueprint: blueprint.matmul().clone(),
+                dtypes,
+            },
+        );
+    }
     launch_ref::<3>(
         &strategy,
         client,

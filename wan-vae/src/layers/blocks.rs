@@ -124,10 +124,9 @@ impl ResidualBlock {
             Some(conv) => conv.forward(x.clone(), None, ctx),
             None => x.clone(),
         };
-        let y = cache.norm_conv(&self.norm1, &self.conv1, x, ctx);
-        let y = cache.norm_conv(&self.norm2, &self.conv2, y, ctx);
-        let device = y.device();
-        ctx.timed(&ctx.add_time, &device, || y + h)
+        let y = cache.norm_conv(&self.norm1, &self.conv1, x, None, ctx);
+        // The residual joins in conv2's store (no separate add where the backend can).
+        cache.norm_conv(&self.norm2, &self.conv2, y, Some(h), ctx)
     }
 }
 
@@ -166,8 +165,7 @@ impl AttentionBlock {
                 single_head_attention_with(q, k, v, ctx.attention)
             })
             .reshape([b, t, h, w, c]);
-        let y = self.proj.forward(attended, None, ctx);
-        ctx.timed(&ctx.add_time, &x.device(), || y + x)
+        self.proj.forward_add(attended, None, Some(x), ctx)
     }
 }
 

@@ -60,20 +60,22 @@ impl FrameCache {
         }
     }
 
-    /// A norm site followed by a cached causal convolution. With cached frames, the norm
-    /// writes its output behind a copy of them in the convolution's input buffer (only the
-    /// cached frames are copied, not the chunk); the buffer's last two frames are kept.
+    /// A norm site followed by a cached causal convolution (plus `residual`, the output's
+    /// shape, where given). With cached frames, the norm writes its output behind a copy of
+    /// them in the convolution's input buffer (only the cached frames are copied, not the
+    /// chunk); the buffer's last two frames are kept.
     pub fn norm_conv(
         &mut self,
         norm: &Norm,
         conv: &CausalConv3d,
         x: Tensor<5>,
+        residual: Option<Tensor<5>>,
         ctx: &Ctx,
     ) -> Tensor<5> {
         if conv.fp8_input {
             // E4M3 codes (dequantised), then the plain cached convolution (joined by a copy).
             let y = norm.forward_fp8(x, ctx);
-            return self.conv(conv, y, ctx);
+            return self.conv_add(conv, y, residual, ctx);
         }
         let (i, slot) = self.take();
         let previous = match slot {
@@ -95,18 +97,29 @@ impl FrameCache {
             None => (norm.forward(x, ctx), conv.context),
         };
         self.slots[i] = Slot::Frames(Box::new(Self::keep(&input, None, false)));
-        conv.forward_padded(input, front, ctx)
+        conv.forward_padded(input, front, residual, ctx)
     }
 
     /// A cached causal convolution: uses and then replaces this slot's frames.
     pub fn conv(&mut self, conv: &CausalConv3d, x: Tensor<5>, ctx: &Ctx) -> Tensor<5> {
+        self.conv_add(conv, x, None, ctx)
+    }
+
+    /// [`Self::conv`] plus `residual` where given.
+    fn conv_add(
+        &mut self,
+        conv: &CausalConv3d,
+        x: Tensor<5>,
+        residual: Option<Tensor<5>>,
+        ctx: &Ctx,
+    ) -> Tensor<5> {
         let (i, slot) = self.take();
         let previous = match slot {
             Slot::Frames(f) => Some(*f),
             _ => None,
         };
         let keep = Self::keep(&x, previous.as_ref(), false);
-        let y = conv.forward(x, previous, ctx);
+        let y = conv.forward_add(x, previous, residual, ctx);
         self.slots[i] = Slot::Frames(Box::new(keep));
         y
     }

@@ -92,22 +92,37 @@ impl CausalConv3d {
     /// `x` is `[B, T, H, W, C]`; `cache` holds up to `context` frames preceding it. Frames the
     /// cache lacks are zero padding in front (no zero tensor, no copy).
     pub fn forward(&self, x: Tensor<5>, cache: Option<Tensor<5>>, ctx: &Ctx) -> Tensor<5> {
+        self.forward_add(x, cache, None, ctx)
+    }
+
+    /// [`Self::forward`] plus `residual` (the output's shape), added in the convolution's
+    /// store where the backend can (see `conv3d_channels_last_add`).
+    pub fn forward_add(
+        &self,
+        x: Tensor<5>,
+        cache: Option<Tensor<5>>,
+        residual: Option<Tensor<5>>,
+        ctx: &Ctx,
+    ) -> Tensor<5> {
         let (x, front) = join(cache, x, self.context, ctx);
-        self.forward_padded(x, front, ctx)
+        self.forward_padded(x, front, residual, ctx)
     }
 
     /// The convolution of `x` (cached frames already in front) with `front` zero frames of
-    /// temporal padding.
-    pub(crate) fn forward_padded(&self, x: Tensor<5>, front: usize, ctx: &Ctx) -> Tensor<5> {
+    /// temporal padding, plus `residual` if any.
+    pub(crate) fn forward_padded(
+        &self,
+        x: Tensor<5>,
+        front: usize,
+        residual: Option<Tensor<5>>,
+        ctx: &Ctx,
+    ) -> Tensor<5> {
         let device = x.device();
         let shape = [x.dims().as_slice(), &[self.weight.dims()[0]]].concat();
-        ctx.timed_site(&ctx.conv_time, "conv", shape, &device, || {
-            conv3d_channels_last(
-                x,
-                self.weight.val(),
-                self.bias.val(),
-                ConvPadding::causal(front, self.pad),
-            )
+        let padding = ConvPadding::causal(front, self.pad);
+        ctx.timed_site(&ctx.conv_time, "conv", shape, &device, || match residual {
+            Some(r) => conv3d_channels_last_add(x, self.weight.val(), self.bias.val(), padding, r),
+            None => conv3d_channels_last(x, self.weight.val(), self.bias.val(), padding),
         })
     }
 }

@@ -3,8 +3,9 @@
 //! or composed Burn ops for comparison), the residual and attention blocks, the resamplers and
 //! Wan2.2's `DupUp3D` shortcut.
 //!
-//! Every convolution runs [`conv3d_channels_last`]: on CUDA cubek's implicit GEMM on tensor
-//! cores with a measured configuration, elsewhere Burn's `conv3d` on the same memory.
+//! Every convolution runs [`conv3d_channels_last`] (or its `_add` form, which takes a residual
+//! connection into the convolution's store): on CUDA cubek's implicit GEMM on tensor cores with
+//! a measured configuration, elsewhere Burn's `conv3d` on the same memory.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -15,7 +16,8 @@ use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Tensor, s};
 use burn_rmsnorm_silu::{
     Activation, ActivationKind, ConvPadding, Phases, RmsNormSilu, RmsNormSiluConfig,
-    conv3d_channels_last, conv3d_channels_last_phases, fold_upsample2x_weights,
+    conv3d_channels_last, conv3d_channels_last_add, conv3d_channels_last_phases,
+    fold_upsample2x_weights,
 };
 
 use crate::config::WanConfig;
@@ -63,8 +65,6 @@ pub struct Ctx {
     pub attention_time: Cell<Duration>,
     /// The cached frames joined in front of a chunk.
     pub join_time: Cell<Duration>,
-    /// Residual additions.
-    pub add_time: Cell<Duration>,
     pub norm_calls: Cell<usize>,
     /// When profiling: the memory pools' peak, sampled after each call.
     pub peak_memory: Cell<MemoryPeak>,
@@ -123,7 +123,6 @@ impl Ctx {
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
             join_time: Cell::new(Duration::ZERO),
-            add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
             peak_memory: Cell::new(MemoryPeak::default()),
             sites: RefCell::new(BTreeMap::new()),
