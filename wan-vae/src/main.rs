@@ -66,6 +66,10 @@ struct Args {
     /// at most 64 MiB of f32 scores (two tensor-core products and an exact softmax per chunk).
     #[arg(long, value_enum, default_value_t = AttentionKind::Flash)]
     attention: AttentionKind,
+    /// Residual connections: added in the last convolution's store (`in-conv`, where the
+    /// backend can), or by a separate add after it (`separate`, for comparison).
+    #[arg(long, value_enum, default_value_t = ResidualKind::InConv)]
+    residual: ResidualKind,
     /// Weights' and activations' dtype.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     dtype: Dtype,
@@ -142,6 +146,12 @@ enum Size {
 enum AttentionKind {
     Flash,
     Chunks,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ResidualKind {
+    InConv,
+    Separate,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -357,6 +367,7 @@ fn main() {
     let context = |profile: bool| {
         Ctx::new(fused, profile)
             .with_attention(attention)
+            .with_residual_in_conv(args.residual == ResidualKind::InConv)
             .with_sync_calls(sync_calls)
             .with_release_memory_every(args.release_memory_every)
             .with_release_memory_first(args.release_memory_first)

@@ -75,6 +75,9 @@ pub struct Ctx {
     pub fp8_scales: RefCell<Fp8Scales>,
     /// How the middle block's attention runs (default: cubek's flash attention).
     pub attention: AttentionRoutine,
+    /// Residual connections added in the last convolution's store (default) rather than by a
+    /// separate add (for comparison).
+    pub residual_in_conv: bool,
 }
 
 /// A call site of the profile: its kind and its input's shape.
@@ -128,6 +131,15 @@ impl Ctx {
             sites: RefCell::new(BTreeMap::new()),
             fp8_scales: RefCell::new(Fp8Scales::default()),
             attention: AttentionRoutine::Flash,
+            residual_in_conv: true,
+        }
+    }
+
+    /// The same context with `residual_in_conv` set.
+    pub fn with_residual_in_conv(self, residual_in_conv: bool) -> Self {
+        Self {
+            residual_in_conv,
+            ..self
         }
     }
 
