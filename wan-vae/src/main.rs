@@ -66,9 +66,10 @@ struct Args {
     /// at most 64 MiB of f32 scores (two tensor-core products and an exact softmax per chunk).
     #[arg(long, value_enum, default_value_t = AttentionKind::Flash)]
     attention: AttentionKind,
-    /// Residual connections: added in the last convolution's store (`in-conv`, where the
-    /// backend can), or by a separate add after it (`separate`, for comparison).
-    #[arg(long, value_enum, default_value_t = ResidualKind::InConv)]
+    /// Residual connections: by a separate add after the last convolution (`separate`), or
+    /// added in that convolution's store (`in-conv`, where the backend can; not yet measured
+    /// on a GPU).
+    #[arg(long, value_enum, default_value_t = ResidualKind::Separate)]
     residual: ResidualKind,
     /// Weights' and activations' dtype.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]

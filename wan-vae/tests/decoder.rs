@@ -64,7 +64,7 @@ fn decode_fixture_in(
     dtype: DType,
     precision: Precision,
 ) -> (Vec<f64>, Vec<f64>) {
-    decode_fixture_with(name, fused, dtype, precision, AttentionRoutine::Flash)
+    decode_fixture_with(name, fused, dtype, precision, |ctx| ctx)
 }
 
 /// [`decode_fixture_in`] with the middle block's attention run by `attention`.
@@ -73,7 +73,7 @@ fn decode_fixture_with(
     fused: bool,
     dtype: DType,
     precision: Precision,
-    attention: AttentionRoutine,
+    configure: impl Fn(Ctx) -> Ctx,
 ) -> (Vec<f64>, Vec<f64>) {
     let dir = fixtures().join(name);
     let device = device();
@@ -91,9 +91,7 @@ fn decode_fixture_with(
     let (z, z_shape) = read_f32(&dir.join("io.safetensors"), "z");
     let z = Tensor::<5>::from_data(TensorData::new(z, z_shape), &device).cast(dtype);
     // (Synchronised around each call: faster on the CPU runtime.)
-    let ctx = Ctx::new(fused, false)
-        .with_sync_calls(true)
-        .with_attention(attention);
+    let ctx = configure(Ctx::new(fused, false).with_sync_calls(true));
     let out = decoder.decode(z, &ctx, |_, _| {}).expect("a valid latent");
     // 29 norm + SiLU sites and 1 plain norm per latent frame in Wan2.1's full layout; the small
     // models have the same structure (2 + 3 per stage resnets x 2 norms + head + attention).
@@ -160,13 +158,32 @@ fn chunked_attention_matches_pytorch_too() {
         max_score_bytes: 7 * 24 * 4,
     };
     let (got, want) =
-        decode_fixture_with("wan21_small", true, DType::F32, Precision::Native, routine);
+        decode_fixture_with("wan21_small", true, DType::F32, Precision::Native, |c| {
+            c.with_attention(routine)
+        });
     let err = max_relative_error(&got, &want);
     eprintln!("wan21_small, attention in query chunks: max error / max |ref| = {err:.2e}");
     assert!(
         err <= 1e-4,
         "wan21_small, chunked attention: max relative error {err:.2e} > 1e-4"
     );
+}
+
+/// The residual connections taken into the convolutions' stores (`conv3d_channels_last_add`),
+/// both layouts.
+#[test]
+fn residuals_in_the_convolutions_match_pytorch_too() {
+    for name in ["wan21_small", "wan22_small"] {
+        let (got, want) = decode_fixture_with(name, true, DType::F32, Precision::Native, |c| {
+            c.with_residual_in_conv(true)
+        });
+        let err = max_relative_error(&got, &want);
+        eprintln!("{name}, residuals in the convolutions: max error / max |ref| = {err:.2e}");
+        assert!(
+            err <= 1e-4,
+            "{name}, residuals in the convolutions: max relative error {err:.2e} > 1e-4"
+        );
+    }
 }
 
 /// bf16 weights and activations (fp32 inside the fused op): the error is bf16 rounding

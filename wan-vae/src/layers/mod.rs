@@ -75,8 +75,8 @@ pub struct Ctx {
     pub fp8_scales: RefCell<Fp8Scales>,
     /// How the middle block's attention runs (default: cubek's flash attention).
     pub attention: AttentionRoutine,
-    /// Residual connections added in the last convolution's store (default) rather than by a
-    /// separate add (for comparison).
+    /// Residual connections added in the last convolution's store rather than by a separate
+    /// add (off by default until measured on a GPU).
     pub residual_in_conv: bool,
 }
 
@@ -131,7 +131,7 @@ impl Ctx {
             sites: RefCell::new(BTreeMap::new()),
             fp8_scales: RefCell::new(Fp8Scales::default()),
             attention: AttentionRoutine::Flash,
-            residual_in_conv: true,
+            residual_in_conv: false,
         }
     }
 
