@@ -13,7 +13,7 @@ use burn_rmsnorm_silu::{
 use crate::common::*;
 
 /// `y[b, t, h, w, o] = bias[o] + sum x[b, t + dt - pt, h + dh - ph, w + dw - pw, i] w[o, dt, dh, dw, i]`.
-fn reference(
+pub(crate) fn reference(
     x: &[f64],
     xs: [usize; 5],
     w: &[f64],

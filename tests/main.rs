@@ -12,6 +12,7 @@ mod backward;
 mod channels;
 mod channels_backward;
 mod conv;
+mod conv_fp8;
 mod edge_cases;
 mod errors;
 mod forward;

@@ -9,6 +9,8 @@
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- backward l16.r16.k1[.pf]`
 //! (the row backward, bf16, vectors of 8: lanes per row, rows per cube, vectors per lane,
 //! prefetch; PTX SiLU')
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- conv_e4m3 [C_in] [kT]`
+//! (the E4M3 implicit-GEMM convolution with the default knobs, kT x 3 x 3, bf16 out)
 
 use std::sync::Arc;
 
@@ -99,6 +101,10 @@ fn main() {
     }
     if args.first().is_some_and(|a| a == "backward") {
         backward(&args[1..]);
+        return;
+    }
+    if args.first().is_some_and(|a| a == "conv_e4m3") {
+        conv_e4m3(&args[1..]);
         return;
     }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
@@ -373,4 +379,57 @@ fn channels(args: &[String]) {
         .define()
     };
     print_cuda(definition);
+}
+
+/// The E4M3 convolution on tensor cores, default knobs, bf16 output.
+fn conv_e4m3(args: &[String]) {
+    use rmsnorm_silu_kernels::conv::fp8::{
+        Fp8ConvConfig, Fp8ConvGeometryCompilationArg, Fp8ConvKnobs, conv_e4m3,
+    };
+    let c_in: usize = args.first().map_or(96, |c| c.parse().expect("C_in"));
+    let kt: usize = args.get(1).map_or(3, |k| k.parse().expect("kT"));
+    let knobs = Fp8ConvKnobs::default();
+    let warps = [knobs.warps[0] as usize, knobs.warps[1] as usize];
+    let cfg = Fp8ConvConfig {
+        kernel: [kt, 3, 3],
+        c_in,
+        warps,
+        tiles: [knobs.tiles[0] as usize, knobs.tiles[1] as usize],
+        tensor_cores: true,
+        units: 32 * warps[0] * warps[1],
+    };
+    let settings = KernelSettings::new(
+        *CubeDim::new_1d(cfg.units as u32),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    );
+    let buffer = || BufferCompilationArg { inplace: None };
+    let kernel = conv_e4m3::ConvE4m3::new(
+        settings,
+        properties(),
+        Arc::new(TargetProperties::default()),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        Fp8ConvGeometryCompilationArg {
+            rows: (),
+            c_out: (),
+            in_t: (),
+            in_h: (),
+            in_w: (),
+            pad_t: (),
+            pad_h: (),
+            pad_w: (),
+            out_t: (),
+            out_h: (),
+            out_w: (),
+        },
+        4,
+        cfg,
+        ElemType::Float(FloatKind::BF16),
+    );
+    print_cuda(kernel.define());
 }

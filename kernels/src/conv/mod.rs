@@ -11,6 +11,7 @@
 //! - [`table`]: the per-architecture table of measured configurations and its lookup;
 //! - [`direct`]: a direct convolution on CUDA cores for layers of at most four output
 //!   channels, where a tensor-core tile would be mostly empty;
+//! - [`fp8`]: an implicit GEMM of this crate's on E4M3 operands (`mma.sync` m16n8k32);
 //! - `accumulate`: the implicit GEMM adding its result to what the output holds (a residual
 //!   connection in the store, [`ConvOperands::accumulate`]).
 //!
@@ -18,6 +19,7 @@
 
 mod accumulate;
 pub mod direct;
+pub mod fp8;
 pub mod knobs;
 pub mod table;
 
