@@ -134,8 +134,13 @@ fn e4m3_convolution_matches_the_host() {
                 bias: binding(&client.create_from_slice(&bias_bytes), &[c_out]),
                 out: binding(&out, &out_shape),
             };
-            launch_conv_e4m3(&client, operands, elem, &shape, &Fp8ConvKnobs::default())
-                .unwrap_or_else(|e| panic!("{xs:?} * {ws:?}: {e}"));
+            match launch_conv_e4m3(&client, operands, elem, &shape, &Fp8ConvKnobs::default()) {
+                Err(e) if e.to_string().contains("needs sm_89") => {
+                    eprintln!("no E4M3 tensor cores on this device: {e}");
+                    return;
+                }
+                other => other.unwrap_or_else(|e| panic!("{xs:?} * {ws:?}: {e}")),
+            }
             let bytes = client.read_one_unchecked(out);
             let got: Vec<f64> = match out_kind {
                 FloatKind::F32 => f32::from_bytes(&bytes).iter().map(|&v| v as f64).collect(),

@@ -218,6 +218,12 @@ pub fn conv_e4m3<O: Float, V: Size>(
         acc[i] = Vector::new(0.0f32);
     }
     let zero = Vector::<u32, V>::new(0u32);
+    // On tensor cores: this unit's warp (its place in the cube's warp grid) and its lane's
+    // fragment coordinates (group `gr` of four lanes, thread `t` in the group).
+    let warp = unit / 32;
+    let (gr, t) = ((unit % 32) / 4, unit % 4);
+    let wm = warp % comptime![cfg.warps[0]];
+    let wn = warp / comptime![cfg.warps[0]];
 
     for tap in 0..taps {
         let dt = tap / (kh * kw);
@@ -273,11 +279,6 @@ pub fn conv_e4m3<O: Float, V: Size>(
             }
             sync_cube();
             if comptime![cfg.tensor_cores] {
-                let warp = unit / 32;
-                let lane = unit % 32;
-                let (gr, t) = (lane / 4, lane % 4);
-                let wm = warp % comptime![cfg.warps[0]];
-                let wn = warp / comptime![cfg.warps[0]];
                 #[unroll]
                 for mi in 0..comptime![cfg.tiles[0]] {
                     let r = (wm * comptime![cfg.tiles[0]] + mi) * 16 + gr;
@@ -313,11 +314,6 @@ pub fn conv_e4m3<O: Float, V: Size>(
 
     let scale = x_scale[0];
     if comptime![cfg.tensor_cores] {
-        let warp = unit / 32;
-        let lane = unit % 32;
-        let (gr, t) = (lane / 4, lane % 4);
-        let wm = warp % comptime![cfg.warps[0]];
-        let wn = warp / comptime![cfg.warps[0]];
         #[unroll]
         for k in 0..tiles {
             let mi = k / comptime![cfg.tiles[1]];
