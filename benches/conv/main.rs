@@ -20,6 +20,7 @@ use std::time::Instant;
 use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 use burn_rmsnorm_silu::kernels::conv::direct::MAX_OUT;
+use burn_rmsnorm_silu::kernels::conv::fp8::{Fp8ConvKnobs, Fp8ConvOperands, launch_conv_e4m3};
 use burn_rmsnorm_silu::kernels::conv::{
     ConvChoice, ConvKnobs, ConvOperands, ConvShape, DirectKnobs, fallback_knobs, launch_conv,
     lookup_conv, select_conv,

@@ -286,6 +286,7 @@ pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         let table = results.pop().expect("two results");
         report(&mut csv, *index, site, &table, "table");
         report(&mut csv, *index, site, &inferred, "inferred");
+        e4m3(timer, &mut csv, *index, site);
         if let (Ok(t), Ok(i)) = (&table, &inferred) {
             let n = site.launches as f64;
             total[0] += t.us * n;
@@ -307,4 +308,57 @@ pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
     );
     std::fs::create_dir_all(&args.out).expect("create --out");
     std::fs::write(format!("{}/conv_bench.csv", args.out), &csv).expect("write csv");
+}
+
+/// The same shape on this crate's E4M3 implicit GEMM (`kernels::conv::fp8`, default knobs; bf16
+/// out): its time beside the bf16 table's, for shapes whose `C_in` is a multiple of 32. The
+/// operands are the codes of 1.0 (the instruction's time does not depend on the values; the
+/// kernel's numbers are tested in `tests/conv_fp8.rs`).
+fn e4m3(timer: &Timer, csv: &mut String, index: usize, site: &Site) {
+    let s = &site.shape;
+    if !s.c_in.is_multiple_of(32) {
+        return;
+    }
+    let client = timer.client.clone();
+    let [t, h, w] = s.input;
+    let [ot, oh, ow] = s.output;
+    let [kt, kh, kw] = s.kernel;
+    let codes = |n: usize| client.create_from_slice(&vec![0x38u8; n]);
+    let x = codes(s.batch * t * h * w * s.c_in);
+    let wt = codes(s.c_out * s.reduction());
+    let x_scale = client.create_from_slice(f32::as_bytes(&[1.0f32]));
+    let w_scale = client.create_from_slice(f32::as_bytes(&vec![1.0f32; s.c_out]));
+    let bias = client.create_from_slice(bf16::as_bytes(&vec![bf16::ZERO; s.c_out]));
+    let out = client.empty(s.rows() * s.c_out * 2);
+    let knobs = Fp8ConvKnobs::default();
+    let launch = || {
+        let operands = Fp8ConvOperands {
+            input: binding(&x, &[s.batch, t, h, w, s.c_in]),
+            weight: binding(&wt, &[s.c_out, kt, kh, kw, s.c_in]),
+            input_scale: binding(&x_scale, &[1]),
+            weight_scale: binding(&w_scale, &[s.c_out]),
+            bias: binding(&bias, &[s.c_out]),
+            out: binding(&out, &[s.batch, ot, oh, ow, s.c_out]),
+        };
+        launch_conv_e4m3(&client, operands, BF16, s, &knobs)
+    };
+    if let Err(e) = launch() {
+        println!("#{index:<2} {:<26} e4m3     refused: {e}", site.what);
+        let _ = writeln!(csv, "{index},{},e4m3,refused,,,,", site.what);
+        return;
+    }
+    let us = median(&timer.time(2, 10, || {
+        launch().expect("launched before");
+    }));
+    let tflops = s.flops() / (us * 1e-6) / 1e12;
+    println!(
+        "#{index:<2} {:<26} e4m3     {knobs:<44} {us:>9.1} us {tflops:>6.1} TFLOP/s",
+        site.what
+    );
+    let _ = writeln!(
+        csv,
+        "{index},{},e4m3,{knobs},{us:.2},{tflops:.2},,",
+        site.what
+    );
+    let _ = std::io::stdout().flush();
 }
