@@ -11,6 +11,8 @@
 //! prefetch; PTX SiLU')
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- conv_e4m3 [C_in] [kT]`
 //! (the E4M3 implicit-GEMM convolution with the default knobs, kT x 3 x 3, bf16 out)
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- wgmma_probe`
+//! (one warpgroup's E4M3 `wgmma` m64n64k32 from shared memory; compile for sm_90a)
 
 use std::sync::Arc;
 
@@ -105,6 +107,10 @@ fn main() {
     }
     if args.first().is_some_and(|a| a == "conv_e4m3") {
         conv_e4m3(&args[1..]);
+        return;
+    }
+    if args.first().is_some_and(|a| a == "wgmma_probe") {
+        wgmma_probe_source();
         return;
     }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
@@ -430,6 +436,52 @@ fn conv_e4m3(args: &[String]) {
         4,
         cfg,
         ElemType::Float(FloatKind::BF16),
+    );
+    print_cuda(kernel.define());
+}
+
+#[cube(launch_unchecked)]
+fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
+    let mut a_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
+    let mut b_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
+    let unit = UNIT_POS as usize;
+    #[unroll]
+    for i in 0..4usize {
+        a_s[unit + i * 128] = a[unit + i * 128];
+        b_s[unit + i * 128] = b[unit + i * 128];
+    }
+    sync_async_proxy_shared();
+    sync_cube();
+    let a_addr = rmsnorm_silu_kernels::conv::fp8::shared_address(&a_s);
+    let b_addr = rmsnorm_silu_kernels::conv::fp8::shared_address(&b_s);
+    // No swizzle: leading byte offset 128, stride byte offset 256 (8 rows of 32 bytes).
+    let a_lo = ((a_addr & 0x3FFFFu32) >> 4u32) | ((128u32 >> 4u32) << 16u32);
+    let b_lo = ((b_addr & 0x3FFFFu32) >> 4u32) | ((128u32 >> 4u32) << 16u32);
+    let hi = 256u32 >> 4u32;
+    let size!(N32) = comptime![32usize];
+    let c = Vector::<f32, N32>::new(0.0f32);
+    let d = rmsnorm_silu_kernels::conv::fp8::wgmma_m64n64k32_e4m3::<N32>(c, a_lo, hi, b_lo, hi);
+    #[unroll]
+    for i in 0..32usize {
+        out[unit * 32 + i] = d.extract(i);
+    }
+}
+
+/// The CUDA of [`wgmma_probe`] (one warpgroup).
+fn wgmma_probe_source() {
+    let settings = KernelSettings::new(
+        *CubeDim::new_1d(128),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    );
+    let buffer = || BufferCompilationArg { inplace: None };
+    let kernel = wgmma_probe::WgmmaProbe::new(
+        settings,
+        properties(),
+        Arc::new(TargetProperties::default()),
+        buffer(),
+        buffer(),
+        buffer(),
     );
     print_cuda(kernel.define());
 }

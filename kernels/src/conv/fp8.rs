@@ -145,6 +145,48 @@ fn mma_e4m3<N: Size>(
     d
 }
 
+/// The address of `words`' first element in the `.shared` window (what a `wgmma` matrix
+/// descriptor holds, shifted right by 4). CUDA only.
+#[cube]
+pub fn shared_address(words: &Shared<[u32]>) -> u32 {
+    cubecl_cpp::cuda::ptx::generic_to_shared::<u32>(unsafe { words.as_ptr_unchecked() })
+}
+
+/// `mov.f32 %i, %(n + i)` for `n` accumulator registers: cubecl's inline PTX has no in-out
+/// operands, so C comes in as inputs and is copied to D's registers first.
+fn acc_movs(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("mov.f32 %{i}, %{};", n + i))
+        .collect()
+}
+
+/// One warpgroup's (128 units, converged) `D = A B + C` on Hopper's FP8 tensor cores:
+/// `wgmma.mma_async` m64n64k32 E4M3, A (64 x 32) and B (64 columns x 32) K-major in shared
+/// memory, given as matrix descriptors in 32-bit halves (`al`/`ah`, `bl`/`bh`), 32 f32
+/// accumulators a unit, committed and waited for in the same statement. sm_90a; offline it
+/// compiles to one `QGMMA.64` (the probe `cuda_source wgmma_probe`); not yet in a kernel.
+#[cube]
+pub fn wgmma_m64n64k32_e4m3<N: Size>(
+    c: Vector<f32, N>,
+    al: u32,
+    ah: u32,
+    bl: u32,
+    bh: u32,
+) -> Vector<f32, N> {
+    let d: Vector<f32, N>;
+    gpu_asm!(
+        "{{ .reg .b64 da, db; {movs} // {c}
+        mov.b64 da, {{{al}, {ah}}}; mov.b64 db, {{{bl}, {bh}}};
+        wgmma.fence.sync.aligned;
+        wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {d}, da, db, 1, 1, 1;
+        wgmma.commit_group.sync.aligned;
+        wgmma.wait_group.sync.aligned 0; }}",
+        d = out(_) d, c = in(_) c, al = in(_) al, ah = in(_) ah,
+        bl = in(_) bl, bh = in(_) bh, movs = const acc_movs(32),
+    );
+    d
+}
+
 /// Writes output `(r, o)` (ignored past the output): `sum`, the product already scaled by the
 /// input's decode scale, times the channel's weight scale, plus the bias.
 #[cube]
