@@ -13,7 +13,7 @@
 //! the `.kind::f8f6f4` form of sm_120, which ptxas refuses for sm_90a.
 
 use burn::backend::DispatchDevice;
-use rmsnorm_silu_kernels::conv::fp8::{shared_address, wgmma_m64n64k32_e4m3};
+use rmsnorm_silu_kernels::conv::fp8::wgmma_probe;
 use rmsnorm_silu_kernels::cubecl;
 use rmsnorm_silu_kernels::cubecl::cmma::{MatrixIdent, MmaDefinition};
 use rmsnorm_silu_kernels::cubecl::features::MmaConfig;
@@ -228,39 +228,6 @@ fn e4m3_mma_matches_the_host_product() {
     let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
     assert_product(&got, &a, &b, &format!("{name}: E4M3 mma.sync m16n8k32"));
     eprintln!("{name}: E4M3 mma.sync m16n8k32 matches the host product ({M}x{N}x{K})");
-}
-
-/// Hopper's FP8 rate: one warpgroup's `wgmma.mma_async` m64n64k32 E4M3
-/// (`kernels::conv::fp8::wgmma_m64n64k32_e4m3`), A (64 x 32) and B (64 columns x 32) K-major in
-/// shared memory without swizzle: core matrices of 8 rows x 16 bytes, each 128 contiguous
-/// bytes, the two along K 128 bytes apart (leading byte offset) and successive 8-row groups 256
-/// bytes apart (stride byte offset). `a` and `b` arrive in that order; the kernel copies them
-/// verbatim. D: unit `u` (warp `w`, lane `l`) holds row `16 w + l / 4 + 8 ((i >> 1) & 1)`,
-/// column `8 (i >> 2) + 2 (l % 4) + (i & 1)` in its register `i`.
-#[cube(launch)]
-fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
-    let mut a_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
-    let mut b_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
-    let unit = UNIT_POS as usize;
-    #[unroll]
-    for i in 0..4usize {
-        a_s[unit + i * 128] = a[unit + i * 128];
-        b_s[unit + i * 128] = b[unit + i * 128];
-    }
-    sync_async_proxy_shared();
-    sync_cube();
-    // Descriptor low words: address >> 4, leading byte offset 128 >> 4 in bits 16..30.
-    let a_lo = ((shared_address(&a_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
-    let b_lo = ((shared_address(&b_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
-    // High word: stride byte offset 256 >> 4, no swizzle.
-    let hi = 256u32 >> 4u32;
-    let size!(N32) = comptime![32usize];
-    let c = Vector::<f32, N32>::new(0.0f32);
-    let d = wgmma_m64n64k32_e4m3::<N32>(c, a_lo, hi, b_lo, hi);
-    #[unroll]
-    for i in 0..32usize {
-        out[unit * 32 + i] = d.extract(i);
-    }
 }
 
 /// `rows x 32` E4M3 codes (row-major) in the no-swizzle K-major core-matrix order.

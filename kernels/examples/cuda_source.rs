@@ -440,34 +440,7 @@ fn conv_e4m3(args: &[String]) {
     print_cuda(kernel.define());
 }
 
-#[cube(launch_unchecked)]
-fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
-    let mut a_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
-    let mut b_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
-    let unit = UNIT_POS as usize;
-    #[unroll]
-    for i in 0..4usize {
-        a_s[unit + i * 128] = a[unit + i * 128];
-        b_s[unit + i * 128] = b[unit + i * 128];
-    }
-    sync_async_proxy_shared();
-    sync_cube();
-    let a_addr = rmsnorm_silu_kernels::conv::fp8::shared_address(&a_s);
-    let b_addr = rmsnorm_silu_kernels::conv::fp8::shared_address(&b_s);
-    // No swizzle: leading byte offset 128, stride byte offset 256 (8 rows of 32 bytes).
-    let a_lo = ((a_addr & 0x3FFFFu32) >> 4u32) | ((128u32 >> 4u32) << 16u32);
-    let b_lo = ((b_addr & 0x3FFFFu32) >> 4u32) | ((128u32 >> 4u32) << 16u32);
-    let hi = 256u32 >> 4u32;
-    let size!(N32) = comptime![32usize];
-    let c = Vector::<f32, N32>::new(0.0f32);
-    let d = rmsnorm_silu_kernels::conv::fp8::wgmma_m64n64k32_e4m3::<N32>(c, a_lo, hi, b_lo, hi);
-    #[unroll]
-    for i in 0..32usize {
-        out[unit * 32 + i] = d.extract(i);
-    }
-}
-
-/// The CUDA of [`wgmma_probe`] (one warpgroup).
+/// The CUDA of `fp8::wgmma_probe` (one warpgroup).
 fn wgmma_probe_source() {
     let settings = KernelSettings::new(
         *CubeDim::new_1d(128),
@@ -475,6 +448,7 @@ fn wgmma_probe_source() {
         AddressType::U32,
     );
     let buffer = || BufferCompilationArg { inplace: None };
+    use rmsnorm_silu_kernels::conv::fp8::wgmma_probe;
     let kernel = wgmma_probe::WgmmaProbe::new(
         settings,
         properties(),

@@ -14,8 +14,10 @@
 //! written inline: cubecl 0.11.3's MMA API emits sm_120's `.kind::f8f6f4` form, which ptxas
 //! refuses for sm_90. On sm_90 ptxas lowers that instruction to f16 tensor-core instructions
 //! (`F2FP.F16.E4M3.UNPACK_B` conversions and `HMMA.16816.F32`, offline SASS): Hopper's FP8 rate
-//! is reached only through `wgmma`, so there this kernel saves the operands' bytes, not time. On the CubeCL CPU runtime (planes of one, no tensor cores) the staged tiles
-//! are multiplied as scalars, so the staging, the padding and the epilogue run in CI; the
+//! is reached only through `wgmma` ([`wgmma_m64n64k32_e4m3`]), so there this kernel saves the
+//! operands' bytes, not time. On the CubeCL CPU runtime (planes of one, no tensor cores) the
+//! staged tiles are multiplied as scalars, so the staging, the padding and the epilogue run in
+//! CI; the
 //! fragment layout (PTX ISA, m16n8k32 for 8-bit types) is the one the `fp8_mma` probe checks
 //! exactly on an H100.
 
@@ -185,6 +187,40 @@ pub fn wgmma_m64n64k32_e4m3<N: Size>(
         bl = in(_) bl, bh = in(_) bh, movs = const acc_movs(32),
     );
     d
+}
+
+/// A probe of [`wgmma_m64n64k32_e4m3`] (the GPU test
+/// `fp8_mma::e4m3_wgmma_matches_the_host_product`, `cuda_source wgmma_probe`): one
+/// warpgroup's product, A (64 x 32) and B (64 columns x 32) K-major in shared memory without
+/// swizzle: core matrices of 8 rows x 16 bytes, each 128 contiguous
+/// bytes, the two along K 128 bytes apart (leading byte offset) and successive 8-row groups 256
+/// bytes apart (stride byte offset). `a` and `b` arrive in that order; the kernel copies them
+/// verbatim. D: unit `u` (warp `w`, lane `l`) holds row `16 w + l / 4 + 8 ((i >> 1) & 1)`,
+/// column `8 (i >> 2) + 2 (l % 4) + (i & 1)` in its register `i`.
+#[cube(launch)]
+pub fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
+    let mut a_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
+    let mut b_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
+    let unit = UNIT_POS as usize;
+    #[unroll]
+    for i in 0..4usize {
+        a_s[unit + i * 128] = a[unit + i * 128];
+        b_s[unit + i * 128] = b[unit + i * 128];
+    }
+    sync_async_proxy_shared();
+    sync_cube();
+    // Descriptor low words: address >> 4, leading byte offset 128 >> 4 in bits 16..30.
+    let a_lo = ((shared_address(&a_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
+    let b_lo = ((shared_address(&b_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
+    // High word: stride byte offset 256 >> 4, no swizzle.
+    let hi = 256u32 >> 4u32;
+    let size!(N32) = comptime![32usize];
+    let c = Vector::<f32, N32>::new(0.0f32);
+    let d = wgmma_m64n64k32_e4m3::<N32>(c, a_lo, hi, b_lo, hi);
+    #[unroll]
+    for i in 0..32usize {
+        out[unit * 32 + i] = d.extract(i);
+    }
 }
 
 /// Writes output `(r, o)` (ignored past the output): `sum`, the product already scaled by the
