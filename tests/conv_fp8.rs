@@ -4,7 +4,6 @@
 //! and positions that leave partial tiles, f32 and bf16 outputs. On the CPU runtime the staged
 //! tiles are multiplied as scalars; on CUDA (sm_89+) by `mma.sync` m16n8k32.
 
-use burn::backend::DispatchDevice;
 use burn_rmsnorm_silu::ConvPadding;
 use rmsnorm_silu_kernels::conv::ConvShape;
 use rmsnorm_silu_kernels::conv::fp8::{Fp8ConvKnobs, Fp8ConvOperands, launch_conv_e4m3};
@@ -41,10 +40,7 @@ fn codes(rng: &mut rand::rngs::StdRng, n: usize) -> (Vec<u8>, Vec<f64>) {
 
 #[test]
 fn e4m3_convolution_matches_the_host() {
-    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
-        panic!("the E4M3 convolution needs a CubeCL device");
-    };
-    let client = cube.client();
+    let client = cube_client("the E4M3 convolution");
     let mut rng = rng("conv e4m3");
     let cases: [([usize; 5], [usize; 5], ConvPadding); 4] = [
         // First chunk: one frame, two zero frames in front.
@@ -86,7 +82,31 @@ fn e4m3_convolution_matches_the_host() {
                 .enumerate()
                 .map(|(i, v)| v * x_scale as f64 * w_scale[i / (w.len() / c_out)] as f64)
                 .collect();
-            let (want, out_shape) = reference(&x, xs, &w_scaled, ws, &bias, padding);
+            // The bias as the kernel reads it (rounded to the output type) and its bytes; a NaN
+            // of the output type for the poison.
+            let (elem, bias_rounded, bias_bytes, nan): (_, Vec<f64>, Vec<u8>, Vec<u8>) =
+                match out_kind {
+                    FloatKind::F32 => {
+                        let b: Vec<f32> = bias.iter().map(|&v| v as f32).collect();
+                        (
+                            ElemType::Float(FloatKind::F32),
+                            b.iter().map(|&v| v as f64).collect(),
+                            f32::as_bytes(&b).to_vec(),
+                            f32::NAN.to_le_bytes().to_vec(),
+                        )
+                    }
+                    _ => {
+                        let b: Vec<half::bf16> =
+                            bias.iter().map(|&v| half::bf16::from_f64(v)).collect();
+                        (
+                            ElemType::Float(FloatKind::BF16),
+                            b.iter().map(|v| v.to_f64()).collect(),
+                            b.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+                            half::bf16::NAN.to_bits().to_le_bytes().to_vec(),
+                        )
+                    }
+                };
+            let (want, out_shape) = reference(&x, xs, &w_scaled, ws, &bias_rounded, padding);
             let shape = ConvShape {
                 batch: xs[0],
                 input: [xs[1], xs[2], xs[3]],
@@ -96,35 +116,7 @@ fn e4m3_convolution_matches_the_host() {
                 padding: [padding.t.0, padding.h.0, padding.w.0],
                 output: [out_shape[1], out_shape[2], out_shape[3]],
             };
-            let (elem, bias_bytes, poison): (_, Vec<u8>, Vec<u8>) = match out_kind {
-                FloatKind::F32 => {
-                    let b: Vec<f32> = bias.iter().map(|&v| v as f32).collect();
-                    (
-                        ElemType::Float(FloatKind::F32),
-                        f32::as_bytes(&b).to_vec(),
-                        f32::as_bytes(&vec![f32::NAN; want.len()]).to_vec(),
-                    )
-                }
-                _ => {
-                    let b: Vec<half::bf16> =
-                        bias.iter().map(|&v| half::bf16::from_f64(v)).collect();
-                    let p = vec![half::bf16::NAN; want.len()];
-                    (
-                        ElemType::Float(FloatKind::BF16),
-                        b.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-                        p.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-                    )
-                }
-            };
-            // The bias as the kernel reads it (rounded to the output type).
-            let bias_rounded: Vec<f64> = match out_kind {
-                FloatKind::F32 => bias.iter().map(|&v| v as f32 as f64).collect(),
-                _ => bias
-                    .iter()
-                    .map(|&v| half::bf16::from_f64(v).to_f64())
-                    .collect(),
-            };
-            let (want, _) = reference(&x, xs, &w_scaled, ws, &bias_rounded, padding);
+            let poison = nan.repeat(want.len());
             let out = client.create_from_slice(&poison);
             let operands = Fp8ConvOperands {
                 input: binding(&client.create_from_slice(&x_codes), &xs),
@@ -162,10 +154,7 @@ fn e4m3_convolution_matches_the_host() {
 
 #[test]
 fn e4m3_convolution_refuses_channels_off_32() {
-    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
-        panic!("the E4M3 convolution needs a CubeCL device");
-    };
-    let client = cube.client();
+    let client = cube_client("the E4M3 convolution");
     let shape = ConvShape {
         batch: 1,
         input: [1, 4, 4],

@@ -12,7 +12,6 @@
 //! (`mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`, inline PTX): cubecl 0.11.3 writes
 //! the `.kind::f8f6f4` form of sm_120, which ptxas refuses for sm_90a.
 
-use burn::backend::DispatchDevice;
 use rmsnorm_silu_kernels::conv::fp8::wgmma_probe;
 use rmsnorm_silu_kernels::cubecl;
 use rmsnorm_silu_kernels::cubecl::cmma::{MatrixIdent, MmaDefinition};
@@ -21,7 +20,7 @@ use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::*;
 use rmsnorm_silu_kernels::cubecl::{e4m3, server::Handle};
 
-use crate::common::device;
+use crate::common::cube_client;
 
 const M: usize = 16;
 const N: usize = 8;
@@ -148,10 +147,7 @@ fn assert_product(got: &[f32], a: &[f32], b: &[f32], what: &str) {
 #[test]
 #[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
 fn e4m3_mma_in_inline_ptx_matches_the_host_product() {
-    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
-        panic!("the FP8 MMA probe needs a CubeCL device");
-    };
-    let client = cube.client();
+    let client = cube_client("the FP8 MMA probe");
     let name = client.properties().identity.name.clone();
     let sm = rmsnorm_silu_kernels::device::device_sm(&client);
     if !matches!(sm, Some(89..)) {
@@ -187,10 +183,7 @@ fn e4m3_mma_in_inline_ptx_matches_the_host_product() {
 #[test]
 #[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
 fn e4m3_mma_matches_the_host_product() {
-    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
-        panic!("the FP8 MMA probe needs a CubeCL device");
-    };
-    let client = cube.client();
+    let client = cube_client("the FP8 MMA probe");
     let e4m3_type = ElemType::Float(FloatKind::E4M3);
     let config = MmaConfig {
         a_type: e4m3_type,
@@ -244,10 +237,7 @@ fn core_matrix_order(codes: &[u8], rows: usize) -> Vec<u8> {
 #[test]
 #[ignore = "a probe for GPUs: run with --ignored fp8_mma"]
 fn e4m3_wgmma_matches_the_host_product() {
-    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
-        panic!("the FP8 wgmma probe needs a CubeCL device");
-    };
-    let client = cube.client();
+    let client = cube_client("the FP8 wgmma probe");
     let name = client.properties().identity.name.clone();
     if rmsnorm_silu_kernels::device::device_sm(&client) != Some(90) {
         eprintln!("{name}: not sm_90; nothing to probe");

@@ -40,10 +40,7 @@ impl ConvBackend for CubeBackend {
     ) -> CubeTensor {
         let out_dims = conv_output_shape(&x.shape(), &weight.shape(), &padding)
             .expect("checked by conv3d_channels_last");
-        let phases = Phases {
-            factor: [1, 1, 1],
-            padding: [padding; super::MAX_PHASES],
-        };
+        let phases = Phases::single(padding);
         match launch_phases(&x, &weight, &bias, &phases, out_dims, None) {
             Some(out) => out,
             None => direct(x, weight, bias, padding),
@@ -66,10 +63,7 @@ impl ConvBackend for CubeBackend {
             && residual.dtype == x.dtype
             && residual.shape().to_vec() == out_dims
         {
-            let phases = Phases {
-                factor: [1, 1, 1],
-                padding: [padding; super::MAX_PHASES],
-            };
+            let phases = Phases::single(padding);
             let into = Some(residual.clone());
             if let Some(out) = launch_phases(&x, &weight, &bias, &phases, out_dims, into) {
                 return out;

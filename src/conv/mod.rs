@@ -68,6 +68,14 @@ impl Phases {
         [p / (fh * fw), (p / fw) % fh, p % fw]
     }
 
+    /// One phase: a plain convolution with `padding`.
+    pub fn single(padding: ConvPadding) -> Self {
+        Self {
+            factor: [1, 1, 1],
+            padding: [padding; MAX_PHASES],
+        }
+    }
+
     /// Nearest x2 upsampling of H and W followed by a 3x3 convolution with padding 1, as four
     /// 2x2 convolutions of the input (weights from [`fold_upsample2x_weights`]): phase `a` of an
     /// axis reads input rows `(i - 1, i)` when `a = 0` and `(i, i + 1)` when `a = 1`.
@@ -368,6 +376,37 @@ pub fn conv3d_channels_last_phases(
     ))
 }
 
+/// The output shape of the convolution `op` of `x` with `weight` and `padding`, after checking
+/// `bias`'s length and that `weight` and `bias` have `x`'s dtype and device.
+///
+/// # Panics
+/// With a message naming `op` and the argument.
+fn checked_output_shape(
+    op: &str,
+    x: &Tensor<5>,
+    weight: &Tensor<5>,
+    bias: &Tensor<1>,
+    padding: &ConvPadding,
+) -> [usize; 5] {
+    let out = conv_output_shape(&x.dims(), &weight.dims(), padding)
+        .unwrap_or_else(|e| panic!("{op}: {e}"));
+    let [bias_len] = bias.dims();
+    assert!(
+        bias_len == out[4],
+        "{op}: `bias` must have length C_out = {}, got {bias_len}",
+        out[4]
+    );
+    same_dtype_and_device(
+        op,
+        x,
+        [
+            ("weight", weight.dtype(), weight.device()),
+            ("bias", bias.dtype(), bias.device()),
+        ],
+    );
+    out
+}
+
 fn same_dtype_and_device<const N: usize>(
     op: &str,
     x: &Tensor<5>,
@@ -409,22 +448,7 @@ pub fn conv3d_channels_last(
     bias: Tensor<1>,
     padding: ConvPadding,
 ) -> Tensor<5> {
-    let out = conv_output_shape(&x.dims(), &weight.dims(), &padding)
-        .unwrap_or_else(|e| panic!("conv3d_channels_last: {e}"));
-    let [bias_len] = bias.dims();
-    assert!(
-        bias_len == out[4],
-        "conv3d_channels_last: `bias` must have length C_out = {}, got {bias_len}",
-        out[4]
-    );
-    same_dtype_and_device(
-        "conv3d_channels_last",
-        &x,
-        [
-            ("weight", weight.dtype(), weight.device()),
-            ("bias", bias.dtype(), bias.device()),
-        ],
-    );
+    checked_output_shape("conv3d_channels_last", &x, &weight, &bias, &padding);
     Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last(
         x.into_dispatch(),
         weight.into_dispatch(),
@@ -451,28 +475,14 @@ pub fn conv3d_channels_last_add(
     padding: ConvPadding,
     residual: Tensor<5>,
 ) -> Tensor<5> {
-    let out = conv_output_shape(&x.dims(), &weight.dims(), &padding)
-        .unwrap_or_else(|e| panic!("conv3d_channels_last_add: {e}"));
+    let op = "conv3d_channels_last_add";
+    let out = checked_output_shape(op, &x, &weight, &bias, &padding);
     assert!(
         residual.dims() == out,
-        "conv3d_channels_last_add: `residual` must have the output's shape {out:?}, got {:?}",
+        "{op}: `residual` must have the output's shape {out:?}, got {:?}",
         residual.dims()
     );
-    let [bias_len] = bias.dims();
-    assert!(
-        bias_len == out[4],
-        "conv3d_channels_last_add: `bias` must have length C_out = {}, got {bias_len}",
-        out[4]
-    );
-    same_dtype_and_device(
-        "conv3d_channels_last_add",
-        &x,
-        [
-            ("weight", weight.dtype(), weight.device()),
-            ("bias", bias.dtype(), bias.device()),
-            ("residual", residual.dtype(), residual.device()),
-        ],
-    );
+    same_dtype_and_device(op, &x, [("residual", residual.dtype(), residual.device())]);
     Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last_add(
         x.into_dispatch(),
         weight.into_dispatch(),

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use burn::backend::DispatchDevice;
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -21,6 +22,17 @@ pub fn device() -> Device {
         }
         Ok(other) => panic!("RMSNORM_TEST_DEVICE must be `cpu` or `cuda`, got {other}"),
     }
+}
+
+/// The CubeCL client of [`device`], for tests that launch kernels directly.
+///
+/// # Panics
+/// Naming `what` when the device is not a CubeCL one.
+pub fn cube_client(what: &str) -> rmsnorm_silu_kernels::cubecl::prelude::Client {
+    let DispatchDevice::Cube(cube) = device().as_dispatch().clone() else {
+        panic!("{what} needs a CubeCL device");
+    };
+    cube.client()
 }
 
 pub fn on_gpu() -> bool {

@@ -486,6 +486,7 @@ fn main() {
             ),
             ("attention".to_string(), profiled.attention_time.get()),
             ("cache joins".to_string(), profiled.join_time.get()),
+            ("residual adds".to_string(), profiled.add_time.get()),
         ];
         let accounted: Duration = parts.iter().map(|(_, d)| *d).sum();
         parts.push((

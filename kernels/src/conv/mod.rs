@@ -305,55 +305,35 @@ fn launch_cubek(
         out,
         accumulate,
     } = operands;
-    let strategy = match knobs {
-        None => Strategy::Inferred {
-            algorithm: ConvAlgorithm::SimpleSyncCyclic,
-            tile_kind: AcceleratedTileKind::Cmma,
-        },
-        Some(knobs) => {
-            let problem = problem(&input, &weight, &out, shape, elem);
-            let hardware = &client.properties().hardware;
-            // cubek's stage element is bf16/f16 for 2-byte inputs (f32 becomes tf32, 4 bytes).
-            let matmul = knobs.blueprint(
-                &problem.as_matmul_problem(if bias.is_some() {
-                    AccumulatorOperand::Present
-                } else {
-                    AccumulatorOperand::Absent
-                }),
-                hardware.plane_size_max,
-                hardware.num_streaming_multiprocessors,
-                elem.size(),
-                vector_for(shape.c_in, elem),
-            );
-            Strategy::Forced {
-                algorithm: knobs.algorithm,
-                blueprint: ConvBlueprint::Forward(ForwardBlueprint {
-                    matmul,
-                    dimensionality: Dimensionality::Dim3,
-                    has_bias: bias.is_some(),
-                }),
-            }
-        }
-    };
     let dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
         lhs: elem,
         rhs: elem,
         out: elem,
     });
+    // The table's configuration as cubek's blueprint for this problem.
+    let forced = knobs.map(|knobs| {
+        let problem = problem(&input, &weight, &out, shape, elem);
+        let hardware = &client.properties().hardware;
+        // cubek's stage element is bf16/f16 for 2-byte inputs (f32 becomes tf32, 4 bytes).
+        let matmul = knobs.blueprint(
+            &problem.as_matmul_problem(if bias.is_some() {
+                AccumulatorOperand::Present
+            } else {
+                AccumulatorOperand::Absent
+            }),
+            hardware.plane_size_max,
+            hardware.num_streaming_multiprocessors,
+            elem.size(),
+            vector_for(shape.c_in, elem),
+        );
+        (knobs.algorithm, problem, matmul)
+    });
     if accumulate {
-        let (
-            Strategy::Forced {
-                algorithm,
-                blueprint,
-            },
-            Some(_),
-        ) = (&strategy, knobs)
-        else {
+        let Some((algorithm, problem, blueprint)) = forced else {
             unreachable!("launch_conv refuses an accumulating launch without knobs");
         };
-        let problem = problem(&input, &weight, &out, shape, elem);
         return accumulate::launch_accumulating(
-            *algorithm,
+            algorithm,
             client,
             accumulate::AccumulateLaunch {
                 input: InputBinding::new(input, elem),
@@ -361,11 +341,25 @@ fn launch_cubek(
                 bias: bias.map(|b| InputBinding::new(b, elem)),
                 out,
                 problem,
-                blueprint: blueprint.matmul().clone(),
+                blueprint,
                 dtypes,
             },
         );
     }
+    let strategy = match forced {
+        None => Strategy::Inferred {
+            algorithm: ConvAlgorithm::SimpleSyncCyclic,
+            tile_kind: AcceleratedTileKind::Cmma,
+        },
+        Some((algorithm, _, matmul)) => Strategy::Forced {
+            algorithm,
+            blueprint: ConvBlueprint::Forward(ForwardBlueprint {
+                matmul,
+                dimensionality: Dimensionality::Dim3,
+                has_bias: bias.is_some(),
+            }),
+        },
+    };
     launch_ref::<3>(
         &strategy,
         client,

@@ -125,12 +125,7 @@ impl ResidualBlock {
             None => x.clone(),
         };
         let y = cache.norm_conv(&self.norm1, &self.conv1, x, None, ctx);
-        if ctx.residual_in_conv {
-            // The residual joins in conv2's store (no separate add where the backend can).
-            cache.norm_conv(&self.norm2, &self.conv2, y, Some(h), ctx)
-        } else {
-            cache.norm_conv(&self.norm2, &self.conv2, y, None, ctx) + h
-        }
+        cache.norm_conv(&self.norm2, &self.conv2, y, Some(h), ctx)
     }
 }
 
@@ -169,11 +164,7 @@ impl AttentionBlock {
                 single_head_attention_with(q, k, v, ctx.attention)
             })
             .reshape([b, t, h, w, c]);
-        if ctx.residual_in_conv {
-            self.proj.forward_add(attended, None, Some(x), ctx)
-        } else {
-            self.proj.forward(attended, None, ctx) + x
-        }
+        self.proj.forward_add(attended, None, Some(x), ctx)
     }
 }
 

@@ -95,8 +95,8 @@ impl CausalConv3d {
         self.forward_add(x, cache, None, ctx)
     }
 
-    /// [`Self::forward`] plus `residual` (the output's shape), added in the convolution's
-    /// store where the backend can (see `conv3d_channels_last_add`).
+    /// [`Self::forward`] plus `residual` (the output's shape): added in the convolution's
+    /// store with `Ctx::residual_in_conv` (see `conv3d_channels_last_add`), else after it.
     pub fn forward_add(
         &self,
         x: Tensor<5>,
@@ -120,10 +120,19 @@ impl CausalConv3d {
         let device = x.device();
         let shape = [x.dims().as_slice(), &[self.weight.dims()[0]]].concat();
         let padding = ConvPadding::causal(front, self.pad);
-        ctx.timed_site(&ctx.conv_time, "conv", shape, &device, || match residual {
+        // The residual in the convolution's store (`Ctx::residual_in_conv`), or added after it.
+        let (in_store, after) = match residual {
+            Some(r) if ctx.residual_in_conv => (Some(r), None),
+            other => (None, other),
+        };
+        let y = ctx.timed_site(&ctx.conv_time, "conv", shape, &device, || match in_store {
             Some(r) => conv3d_channels_last_add(x, self.weight.val(), self.bias.val(), padding, r),
             None => conv3d_channels_last(x, self.weight.val(), self.bias.val(), padding),
-        })
+        });
+        match after {
+            Some(r) => ctx.timed(&ctx.add_time, &device, || y + r),
+            None => y,
+        }
     }
 }
 

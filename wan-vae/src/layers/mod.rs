@@ -65,6 +65,8 @@ pub struct Ctx {
     pub attention_time: Cell<Duration>,
     /// The cached frames joined in front of a chunk.
     pub join_time: Cell<Duration>,
+    /// Residual additions after their convolution (not with `residual_in_conv`).
+    pub add_time: Cell<Duration>,
     pub norm_calls: Cell<usize>,
     /// When profiling: the memory pools' peak, sampled after each call.
     pub peak_memory: Cell<MemoryPeak>,
@@ -126,6 +128,7 @@ impl Ctx {
             conv_time: Cell::new(Duration::ZERO),
             attention_time: Cell::new(Duration::ZERO),
             join_time: Cell::new(Duration::ZERO),
+            add_time: Cell::new(Duration::ZERO),
             norm_calls: Cell::new(0),
             peak_memory: Cell::new(MemoryPeak::default()),
             sites: RefCell::new(BTreeMap::new()),
