@@ -245,39 +245,48 @@ fn e4m3_wgmma_matches_the_host_product() {
     }
     // A (64 x 32) and B as 64 columns of 32: small integers, exact in E4M3 and in f32 sums.
     let a: Vec<f32> = (0..64 * 32)
-        .map(|i| ((i * 7 + 3) % 7) as f32 - 3.0)
+        .map(|i| ((i * 3 + i / 11) % 7) as f32 - 3.0)
         .collect();
     let b_columns: Vec<f32> = (0..64 * 32)
-        .map(|i| ((i * 5 + 1) % 7) as f32 - 3.0)
+        .map(|i| ((i * 5 + i / 13 + 1) % 7) as f32 - 3.0)
         .collect();
-    let a_handle = client.create_from_slice(&core_matrix_order(&e4m3_bytes(&a), 64));
-    let b_handle = client.create_from_slice(&core_matrix_order(&e4m3_bytes(&b_columns), 64));
-    let out: Handle = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; 128 * 32]));
-    unsafe {
-        wgmma_probe::launch(
-            &client,
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d(128),
-            BufferArg::from_raw_parts(a_handle, 512),
-            BufferArg::from_raw_parts(b_handle, 512),
-            BufferArg::from_raw_parts(out.clone(), 128 * 32),
-        )
-    };
-    let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
-    for u in 0..128 {
-        let (w, l) = (u / 32, u % 32);
-        for i in 0..32 {
-            let row = 16 * w + l / 4 + 8 * ((i >> 1) & 1);
-            let col = 8 * (i >> 2) + 2 * (l % 4) + (i & 1);
-            let want: f32 = (0..32)
-                .map(|k| a[row * 32 + k] * b_columns[col * 32 + k])
-                .sum();
-            assert_eq!(
-                got[u * 32 + i],
-                want,
-                "{name}: wgmma E4M3 output ({row}, {col})"
-            );
+    // Both readings of the descriptor's two offsets: the first is the one the kernels use.
+    let mut mismatches = [0usize; 2];
+    for (reading, swapped) in [false, true].into_iter().enumerate() {
+        let a_handle = client.create_from_slice(&core_matrix_order(&e4m3_bytes(&a), 64));
+        let b_handle = client.create_from_slice(&core_matrix_order(&e4m3_bytes(&b_columns), 64));
+        let out: Handle = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; 128 * 32]));
+        unsafe {
+            wgmma_probe::launch(
+                &client,
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(128),
+                BufferArg::from_raw_parts(a_handle, 512),
+                BufferArg::from_raw_parts(b_handle, 512),
+                BufferArg::from_raw_parts(out.clone(), 128 * 32),
+                swapped,
+            )
+        };
+        let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
+        for u in 0..128 {
+            let (w, l) = (u / 32, u % 32);
+            for i in 0..32 {
+                let row = 16 * w + l / 4 + 8 * ((i >> 1) & 1);
+                let col = 8 * (i >> 2) + 2 * (l % 4) + (i & 1);
+                let want: f32 = (0..32)
+                    .map(|k| a[row * 32 + k] * b_columns[col * 32 + k])
+                    .sum();
+                mismatches[reading] += usize::from(got[u * 32 + i] != want);
+            }
         }
     }
+    eprintln!(
+        "{name}: wgmma descriptor readings: leading = K-adjacent {} of 4096 wrong, swapped {} of 4096 wrong",
+        mismatches[0], mismatches[1]
+    );
+    assert_eq!(
+        mismatches[0], 0,
+        "{name}: wgmma E4M3 m64n64k32 with the kernels' descriptors"
+    );
     eprintln!("{name}: E4M3 wgmma m64n64k32 matches the host product");
 }

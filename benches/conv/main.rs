@@ -1,10 +1,11 @@
 //! The convolution tuner and benchmark (custom harness): the Wan2.1 decoder's convolution
-//! shapes at 480p on cubek's implicit GEMM (and, for at most four output channels, on this
-//! crate's direct kernel).
+//! shapes at 480p on cubek's implicit GEMM, on this crate's `wgmma` implicit GEMM (sm_90, `C_in`
+//! a multiple of 64) and, for at most four output channels, on this crate's direct kernel.
 //!
 //! ```text
 //! cargo bench --bench conv -- tune [--out DIR] [--only 1,3] [--serial] [--exclude tma,spec_tma]
-//!     # sweep knobs, append each shape's best to DIR/sm<NN>_conv.txt
+//!     # sweep knobs, append each shape's best to DIR/sm<NN>_conv.txt (`--exclude` takes
+//!     # routine names, `inferred`, `direct` and `wgmma`; the table's current choice always runs)
 //! cargo bench --bench conv -- bench [--out DIR]               # the table's choice vs cubek's own
 //! ```
 //! Each candidate is first run once on poisoned output and checked at 384 sampled output
@@ -22,8 +23,8 @@ use burn::tensor::Device;
 use burn_rmsnorm_silu::kernels::conv::direct::MAX_OUT;
 use burn_rmsnorm_silu::kernels::conv::fp8::{Fp8ConvKnobs, Fp8ConvOperands, launch_conv_e4m3};
 use burn_rmsnorm_silu::kernels::conv::{
-    ConvChoice, ConvKnobs, ConvOperands, ConvShape, DirectKnobs, fallback_knobs, launch_conv,
-    lookup_conv, select_conv,
+    ConvChoice, ConvKnobs, ConvOperands, ConvShape, DirectKnobs, WgmmaKnobs, fallback_knobs,
+    launch_conv, lookup_conv, select_conv,
 };
 use burn_rmsnorm_silu::kernels::cubecl;
 use burn_rmsnorm_silu::kernels::cubecl::ir::{ElemType, FloatKind};

@@ -151,17 +151,17 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         }
         ConvChoice::Inferred => !args.exclude.iter().any(|e| e == "inferred"),
         ConvChoice::Direct(_) => !args.exclude.iter().any(|e| e == "direct"),
+        ConvChoice::Wgmma(_) => !args.exclude.iter().any(|e| e == "wgmma"),
     };
     for (index, site) in sites {
         let mut table = String::new();
         let mut csv = String::new();
         let case = Case::new(timer, site.shape, 7 + *index as u64);
         let mut best: Option<Measured> = None;
-        let run = |choices: Vec<ConvChoice>,
-                   label: &str,
-                   csv: &mut String,
-                   best: &mut Option<Measured>| {
-            let choices: Vec<ConvChoice> = choices.into_iter().filter(|c| allowed(c)).collect();
+        let run_unfiltered = |choices: Vec<ConvChoice>,
+                              label: &str,
+                              csv: &mut String,
+                              best: &mut Option<Measured>| {
             let results = measure_all(timer, &case, &choices, args.serial);
             let mut ok = Vec::new();
             for m in results {
@@ -175,6 +175,24 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
             }
             ok
         };
+        let run = |choices: Vec<ConvChoice>,
+                   label: &str,
+                   csv: &mut String,
+                   best: &mut Option<Measured>| {
+            let choices: Vec<ConvChoice> = choices.into_iter().filter(|c| allowed(c)).collect();
+            run_unfiltered(choices, label, csv, best)
+        };
+        // Phase 0: what the table chooses now (whatever `--exclude` says), and this crate's
+        // wgmma kernel in its launch shapes that fit an sm_90 multiprocessor.
+        let mut phase0 = vec![select_conv(Some(sm), &site.shape)];
+        if sm == 90 && site.shape.c_in.is_multiple_of(64) {
+            phase0.extend(
+                wgmma_candidates(&site.shape)
+                    .into_iter()
+                    .filter(|c| allowed(c)),
+            );
+        }
+        run_unfiltered(phase0, "wgmma", &mut csv, &mut best);
         // Phase 1: cubek's own choice, and the layouts on the plain sync loader and on the
         // specialized TMA one (the best loader of every large 3x3x3 shape so far; a layout's
         // rank on one loader does not carry over to the other).
@@ -238,7 +256,8 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
                 "#{index:<2} {:<26} BEST     {} {:.1} us",
                 site.what, b.choice, b.us
             );
-            if let ConvChoice::Knobs(k) = b.choice {
+            if let ConvChoice::Knobs(_) | ConvChoice::Wgmma(_) = b.choice {
+                let k = b.choice;
                 let tflops = s.flops() / (b.us * 1e-6) / 1e12;
                 let _ = writeln!(
                     table,
@@ -272,10 +291,11 @@ pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         let mut choices = vec![chosen, ConvChoice::Inferred];
         // Beside the direct kernel, the implicit GEMM the table or the fallback would run.
         if let ConvChoice::Direct(_) = chosen {
-            let gemm = sm
-                .and_then(|sm| lookup_conv(sm, &site.shape))
-                .map_or_else(|| fallback_knobs(&site.shape), |e| e.knobs);
-            choices.push(ConvChoice::Knobs(gemm));
+            let gemm = sm.and_then(|sm| lookup_conv(sm, &site.shape)).map_or_else(
+                || ConvChoice::Knobs(fallback_knobs(&site.shape)),
+                |e| e.choice,
+            );
+            choices.push(gemm);
         }
         let mut results = measure_all(timer, &case, &choices, args.serial);
         if results.len() == 3 {
@@ -361,4 +381,23 @@ fn e4m3(timer: &Timer, csv: &mut String, index: usize, site: &Site) {
         site.what
     );
     let _ = std::io::stdout().flush();
+}
+
+/// The wgmma kernel's launch shapes for a shape: one or two warpgroups, 64 to 256 channels a
+/// cube (not past the layer's width rounded up to 64), 2 to 4 steps in flight, within an sm_90
+/// multiprocessor's 227 KiB of shared memory.
+pub(crate) fn wgmma_candidates(shape: &ConvShape) -> Vec<ConvChoice> {
+    let widest = shape.c_out.next_multiple_of(64).min(256) as u32;
+    let mut out = Vec::new();
+    for groups in [1, 2] {
+        for n in [64, 96, 128, 192, 256] {
+            for stages in [2, 3, 4] {
+                let k = WgmmaKnobs { groups, n, stages };
+                if n <= widest && k.shared_bytes() <= 232_448 {
+                    out.push(ConvChoice::Wgmma(k));
+                }
+            }
+        }
+    }
+    out
 }

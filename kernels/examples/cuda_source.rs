@@ -13,6 +13,8 @@
 //! (the E4M3 implicit-GEMM convolution with the default knobs, kT x 3 x 3, bf16 out)
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- wgmma_probe`
 //! (one warpgroup's E4M3 `wgmma` m64n64k32 from shared memory; compile for sm_90a)
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- conv_wgmma [knobs] [C_in] [kT]`
+//! (the bf16 `wgmma` implicit-GEMM convolution, kT x 3 x 3; compile for sm_90a)
 
 use std::sync::Arc;
 
@@ -111,6 +113,10 @@ fn main() {
     }
     if args.first().is_some_and(|a| a == "wgmma_probe") {
         wgmma_probe_source();
+        return;
+    }
+    if args.first().is_some_and(|a| a == "conv_wgmma") {
+        conv_wgmma(&args[1..]);
         return;
     }
     let knobs = Knobs::parse(args.first().map_or("v8.l16.r8.u1.c3.plane.greg.m-", |s| s))
@@ -456,6 +462,70 @@ fn wgmma_probe_source() {
         buffer(),
         buffer(),
         buffer(),
+        false,
+    );
+    print_cuda(kernel.define());
+}
+
+/// The bf16 `wgmma` convolution on tensor cores (default knobs unless given).
+fn conv_wgmma(args: &[String]) {
+    use rmsnorm_silu_kernels::conv::wgmma::{
+        WgmmaConfig, WgmmaGeometryCompilationArg, WgmmaKnobs, conv_wgmma,
+    };
+    let knobs = args.first().map_or_else(WgmmaKnobs::default, |k| {
+        WgmmaKnobs::parse(k).expect("knobs")
+    });
+    let c_in: usize = args.get(1).map_or(384, |c| c.parse().expect("C_in"));
+    let kt: usize = args.get(2).map_or(3, |k| k.parse().expect("kT"));
+    let cfg = WgmmaConfig {
+        kernel: [kt, 3, 3],
+        c_in,
+        groups: knobs.groups as usize,
+        n: knobs.n as usize,
+        stages: knobs.stages as usize,
+        tensor_cores: true,
+        units: 128 * knobs.groups as usize,
+        f16: false,
+        accumulate: false,
+    };
+    let settings = KernelSettings::new(
+        *CubeDim::new_1d(cfg.units as u32),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    );
+    let buffer = || BufferCompilationArg { inplace: None };
+    let kernel = conv_wgmma::ConvWgmma::new(
+        settings,
+        properties(),
+        Arc::new(TargetProperties::default()),
+        buffer(),
+        buffer(),
+        buffer(),
+        buffer(),
+        WgmmaGeometryCompilationArg {
+            rows: (),
+            c_out: (),
+            in_t: (),
+            in_h: (),
+            in_w: (),
+            pad_t: (),
+            pad_h: (),
+            pad_w: (),
+            x_b: (),
+            x_t: (),
+            x_h: (),
+            x_w: (),
+            out_t: (),
+            out_h: (),
+            out_w: (),
+            y_b: (),
+            y_t: (),
+            y_h: (),
+            y_w: (),
+        },
+        8,
+        cfg,
+        ElemType::Float(FloatKind::BF16),
     );
     print_cuda(kernel.define());
 }

@@ -228,9 +228,13 @@ mod tests {
         }
         crate::nvfp4::sm90_table().iter().for_each(|e| check(e.2));
         for (_, entries) in crate::conv::table::tables() {
-            entries.iter().for_each(|e| check(e.knobs));
+            entries.iter().for_each(|e| check(e.choice));
         }
         check(crate::conv::DirectKnobs::default());
+        check(crate::conv::ConvChoice::Wgmma(
+            crate::conv::WgmmaKnobs::default(),
+        ));
+        check(crate::conv::ConvChoice::Inferred);
         // The backward has no table: its GPU heuristic's choices over the swept shapes.
         for c in [96, 192, 384, 1024] {
             for t in [6_240, 24_960, 99_840, 399_360] {

@@ -1,4 +1,4 @@
-//! The CubeCL backends' convolutions: this crate's direct kernel or cubek's implicit GEMM on
+//! The CubeCL backends' convolutions: this crate's direct or `wgmma` kernel or cubek's implicit GEMM on
 //! channels-last memory, Burn's direct convolution where neither runs.
 
 use burn::backend::TensorMetadata;
@@ -8,7 +8,7 @@ use burn_cubecl::{
     tensor::CubeTensor,
 };
 use rmsnorm_silu_kernels::conv::{
-    ConvChoice, ConvOperands, ConvShape, launch_conv, select_conv_on,
+    ConvChoice, ConvOperands, ConvShape, fallback_knobs, launch_conv, select_conv_on,
 };
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
@@ -178,13 +178,16 @@ fn launch_phases(
         let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
         let choice = select_conv_on(client, &shape);
         let mut tried = vec![choice];
+        if let ConvChoice::Wgmma(_) = choice {
+            tried.push(ConvChoice::Knobs(fallback_knobs(&shape)));
+        }
         if choice != ConvChoice::Inferred {
             tried.push(ConvChoice::Inferred);
         }
-        // cubek's kernels need tensor cores (not the CPU runtime's planes of one); only its
-        // table configurations accumulate.
-        tried.retain(|c| tensor_cores || matches!(c, ConvChoice::Direct(_)));
-        tried.retain(|c| !accumulate || matches!(c, ConvChoice::Knobs(_)));
+        // cubek's kernels need tensor cores (not the CPU runtime's planes of one); the implicit
+        // GEMMs with a configuration accumulate.
+        tried.retain(|c| tensor_cores || matches!(c, ConvChoice::Direct(_) | ConvChoice::Wgmma(_)));
+        tried.retain(|c| !accumulate || matches!(c, ConvChoice::Knobs(_) | ConvChoice::Wgmma(_)));
         let launched = tried.into_iter().any(|choice| {
             let operands = ConvOperands {
                 input: x.clone().binding(),

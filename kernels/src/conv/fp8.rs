@@ -197,8 +197,12 @@ pub fn wgmma_m64n64k32_e4m3<N: Size>(
 /// bytes apart (stride byte offset). `a` and `b` arrive in that order; the kernel copies them
 /// verbatim. D: unit `u` (warp `w`, lane `l`) holds row `16 w + l / 4 + 8 ((i >> 1) & 1)`,
 /// column `8 (i >> 2) + 2 (l % 4) + (i & 1)` in its register `i`.
+///
+/// `swapped` exchanges the two offsets in the descriptors (128 bytes as the stride byte offset,
+/// 256 as the leading one), so that the probe can tell which reading of the PTX ISA's
+/// descriptor fields the hardware follows.
 #[cube(launch)]
-pub fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
+pub fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32], #[comptime] swapped: bool) {
     let mut a_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
     let mut b_s = Shared::<[u32]>::new_aligned_slice(512usize, 1024usize);
     let unit = UNIT_POS as usize;
@@ -209,11 +213,16 @@ pub fn wgmma_probe(a: &[u32], b: &[u32], out: &mut [f32]) {
     }
     sync_async_proxy_shared();
     sync_cube();
-    // Descriptor low words: address >> 4, leading byte offset 128 >> 4 in bits 16..30.
-    let a_lo = ((shared_address(&a_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
-    let b_lo = ((shared_address(&b_s) & 0x3FFFFu32) >> 4u32) | (8u32 << 16u32);
-    // High word: stride byte offset 256 >> 4, no swizzle.
-    let hi = 256u32 >> 4u32;
+    // Descriptor low words: address >> 4, leading byte offset (128) >> 4 in bits 16..30; high
+    // word: stride byte offset (256) >> 4, no swizzle.
+    let (lbo, sbo) = comptime![if swapped {
+        (16u32, 8u32)
+    } else {
+        (8u32, 16u32)
+    }];
+    let a_lo = ((shared_address(&a_s) & 0x3FFFFu32) >> 4u32) | (lbo << 16u32);
+    let b_lo = ((shared_address(&b_s) & 0x3FFFFu32) >> 4u32) | (lbo << 16u32);
+    let hi = sbo;
     let size!(N32) = comptime![32usize];
     let c = Vector::<f32, N32>::new(0.0f32);
     let d = wgmma_m64n64k32_e4m3::<N32>(c, a_lo, hi, b_lo, hi);

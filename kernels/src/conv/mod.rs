@@ -12,6 +12,7 @@
 //! - [`direct`]: a direct convolution on CUDA cores for layers of at most four output
 //!   channels, where a tensor-core tile would be mostly empty;
 //! - [`fp8`]: an implicit GEMM of this crate's on E4M3 operands (`mma.sync` m16n8k32);
+//! - [`wgmma`]: an implicit GEMM of this crate's on Hopper's `wgmma` (bf16 / f16, sm_90);
 //! - `accumulate`: the implicit GEMM adding its result to what the output holds (a residual
 //!   connection in the store, [`ConvOperands::accumulate`]).
 //!
@@ -22,6 +23,7 @@ pub mod direct;
 pub mod fp8;
 pub mod knobs;
 pub mod table;
+pub mod wgmma;
 
 use crate::problem::KernelError;
 use cubecl::ir::{AddressType, ElemType};
@@ -40,6 +42,7 @@ use cubek::std::{InputBinding, MatrixLayout};
 pub use direct::{DirectKnobs, launch_direct};
 pub use knobs::ConvKnobs;
 pub use table::{ConvEntry, lookup as lookup_conv};
+pub use wgmma::{WgmmaKnobs, launch_wgmma};
 
 /// The geometry of one convolution (what the table is keyed by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,6 +122,9 @@ pub enum ConvChoice {
     /// This crate's direct convolution on CUDA cores ([`direct`]), for at most
     /// [`direct::MAX_OUT`] output channels.
     Direct(DirectKnobs),
+    /// This crate's implicit GEMM on Hopper's `wgmma` ([`wgmma`]): bf16 / f16 operands, `C_in`
+    /// a multiple of 64, sm_90 (elsewhere the launch takes [`fallback_knobs`]).
+    Wgmma(WgmmaKnobs),
 }
 
 impl std::fmt::Display for ConvChoice {
@@ -127,6 +133,20 @@ impl std::fmt::Display for ConvChoice {
             ConvChoice::Knobs(k) => write!(f, "{k}"),
             ConvChoice::Inferred => f.write_str("inferred"),
             ConvChoice::Direct(k) => write!(f, "{k}"),
+            ConvChoice::Wgmma(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+impl crate::table::TextKnobs for ConvChoice {
+    const KERNEL: &'static str = "conv";
+    /// `inferred`, a direct kernel's `direct.…`, a `wgmma.…` launch, else cubek's knobs.
+    fn from_text(text: &str) -> Result<Self, String> {
+        match text.split('.').next() {
+            Some("inferred") if text == "inferred" => Ok(ConvChoice::Inferred),
+            Some("direct") => DirectKnobs::parse(text).map(ConvChoice::Direct),
+            Some("wgmma") => WgmmaKnobs::parse(text).map(ConvChoice::Wgmma),
+            _ => ConvKnobs::parse(text).map(ConvChoice::Knobs),
         }
     }
 }
@@ -146,13 +166,16 @@ pub fn select_conv(sm: Option<u32>, shape: &ConvShape) -> ConvChoice {
     if shape.c_out <= direct::MAX_OUT {
         return ConvChoice::Direct(DirectKnobs::default());
     }
-    let mut knobs = sm
-        .and_then(|sm| lookup_conv(sm, shape))
-        .map_or_else(|| fallback_knobs(shape), |e| e.knobs);
-    if knobs.tma() && shape.padding[0] > 0 {
-        knobs.algorithm = cubek::convolution::ConvAlgorithm::SimpleSyncStrided;
+    match sm.and_then(|sm| lookup_conv(sm, shape)).map(|e| e.choice) {
+        Some(ConvChoice::Knobs(mut knobs)) => {
+            if knobs.tma() && shape.padding[0] > 0 {
+                knobs.algorithm = cubek::convolution::ConvAlgorithm::SimpleSyncStrided;
+            }
+            ConvChoice::Knobs(knobs)
+        }
+        Some(other) => other,
+        None => ConvChoice::Knobs(fallback_knobs(shape)),
     }
-    ConvChoice::Knobs(knobs)
 }
 
 /// [`select_conv`] for `client`'s device: its compute capability, and the direct kernel's cube
@@ -278,15 +301,21 @@ pub fn launch_conv(
         ConvChoice::Direct(_) | ConvChoice::Inferred if operands.accumulate => {
             return Err(KernelError::InvalidKnobs(format!(
                 "{choice} does not add to its output: an accumulating convolution needs a \
-                 table configuration of cubek's implicit GEMM"
+                 table configuration of an implicit GEMM"
             )));
         }
         ConvChoice::Direct(knobs) => return launch_direct(client, operands, elem, shape, knobs),
-        ConvChoice::Knobs(knobs) => Some(knobs),
+        // A table's wgmma entry on a device or element type it cannot run (an f32 decode, the
+        // CPU runtime) takes the fallback configuration of cubek's implicit GEMM.
+        ConvChoice::Wgmma(knobs) => match wgmma::supported(client, shape, elem) {
+            Ok(()) => return launch_wgmma(client, operands, elem, shape, knobs),
+            Err(_) => Some(fallback_knobs(shape)),
+        },
+        ConvChoice::Knobs(knobs) => Some(*knobs),
         ConvChoice::Inferred => None,
     };
     shape.validate()?;
-    launch_cubek(client, operands, elem, shape, knobs)
+    launch_cubek(client, operands, elem, shape, knobs.as_ref())
         .map_err(|e| KernelError::InvalidKnobs(format!("cubek refused the configuration: {e:?}")))
 }
 

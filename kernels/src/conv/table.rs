@@ -8,7 +8,7 @@
 
 use std::sync::{OnceLock, RwLock};
 
-use super::{ConvKnobs, ConvShape};
+use super::{ConvChoice, ConvShape};
 use crate::table::{self, TableError};
 
 /// One tuned entry.
@@ -19,7 +19,8 @@ pub struct ConvEntry {
     pub kernel: [usize; 3],
     /// GEMM M (output positions) the entry was measured at.
     pub rows: usize,
-    pub knobs: ConvKnobs,
+    /// cubek's knobs or a `wgmma` launch (the direct kernel is chosen by width, not by table).
+    pub choice: ConvChoice,
     /// The tuner's time and rate (None for transcribed entries).
     pub us: Option<f64>,
     pub tflops: Option<f64>,
@@ -43,7 +44,7 @@ pub fn parse(text: &str) -> Result<Vec<ConvEntry>, TableError> {
                 c_out: l.count(1, "c_out")?,
                 kernel: [l.count(2, "kt")?, l.count(3, "kh")?, l.count(4, "kw")?],
                 rows: l.count(5, "rows")?,
-                knobs: l.knobs(6)?,
+                choice: l.knobs(6)?,
                 us: l.measured(7, "us")?,
                 tflops: l.measured(8, "tflops")?,
             })
@@ -99,10 +100,20 @@ mod tests {
         for (_, entries) in tables() {
             for e in entries {
                 // A cube's channel tile must not exceed the layer's width by more than one tile.
-                assert!(
-                    (e.knobs.cube_cols() as usize) < e.c_out + e.knobs.tile[1] as usize * 4,
-                    "{e:?}"
-                );
+                match e.choice {
+                    ConvChoice::Knobs(k) => assert!(
+                        (k.cube_cols() as usize) < e.c_out + k.tile[1] as usize * 4,
+                        "{e:?}"
+                    ),
+                    ConvChoice::Wgmma(k) => {
+                        assert!(
+                            k.validate().is_ok() && (k.n as usize) < e.c_out + 64,
+                            "{e:?}"
+                        );
+                        assert!(e.c_in.is_multiple_of(super::super::wgmma::STEP_K), "{e:?}");
+                    }
+                    other => panic!("{other} in a convolution table: {e:?}"),
+                }
             }
         }
     }
