@@ -185,7 +185,7 @@ pub(crate) fn tune(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         // Phase 0: what the table chooses now (whatever `--exclude` says), and this crate's
         // wgmma kernel in its launch shapes that fit an sm_90 multiprocessor.
         let mut phase0 = vec![select_conv(Some(sm), &site.shape)];
-        if sm == 90 && site.shape.c_in.is_multiple_of(64) {
+        if sm == 90 && site.shape.c_in.is_multiple_of(32) {
             phase0.extend(
                 wgmma_candidates(&site.shape)
                     .into_iter()
@@ -384,17 +384,28 @@ fn e4m3(timer: &Timer, csv: &mut String, index: usize, site: &Site) {
 }
 
 /// The wgmma kernel's launch shapes for a shape: one or two warpgroups, 64 to 256 channels a
-/// cube (not past the layer's width rounded up to 64), 2 to 4 steps in flight, within an sm_90
+/// cube (not past the layer's width rounded up to 64), steps of 64 channels (32 where `C_in`
+/// is not a multiple of 64) 2 to 4 in flight, 3 to 6 of 32, within an sm_90
 /// multiprocessor's 227 KiB of shared memory.
 pub(crate) fn wgmma_candidates(shape: &ConvShape) -> Vec<ConvChoice> {
     let widest = shape.c_out.next_multiple_of(64).min(256) as u32;
+    let (k, stages) = if shape.c_in.is_multiple_of(64) {
+        (64, [2, 3, 4])
+    } else {
+        (32, [3, 4, 6])
+    };
     let mut out = Vec::new();
     for groups in [1, 2] {
         for n in [64, 96, 128, 192, 256] {
-            for stages in [2, 3, 4] {
-                let k = WgmmaKnobs { groups, n, stages };
-                if n <= widest && k.shared_bytes() <= 232_448 {
-                    out.push(ConvChoice::Wgmma(k));
+            for stages in stages {
+                let knobs = WgmmaKnobs {
+                    groups,
+                    n,
+                    k,
+                    stages,
+                };
+                if n <= widest && knobs.shared_bytes() <= 232_448 {
+                    out.push(ConvChoice::Wgmma(knobs));
                 }
             }
         }

@@ -482,6 +482,7 @@ fn conv_wgmma(args: &[String]) {
         c_in,
         groups: knobs.groups as usize,
         n: knobs.n as usize,
+        k: knobs.k as usize,
         stages: knobs.stages as usize,
         tensor_cores: true,
         units: 128 * knobs.groups as usize,

@@ -123,7 +123,7 @@ pub enum ConvChoice {
     /// [`direct::MAX_OUT`] output channels.
     Direct(DirectKnobs),
     /// This crate's implicit GEMM on Hopper's `wgmma` ([`wgmma`]): bf16 / f16 operands, `C_in`
-    /// a multiple of 64, sm_90 (elsewhere the launch takes [`fallback_knobs`]).
+    /// a multiple of its step (32 or 64), sm_90 (elsewhere the launch takes [`fallback_knobs`]).
     Wgmma(WgmmaKnobs),
 }
 
@@ -307,7 +307,7 @@ pub fn launch_conv(
         ConvChoice::Direct(knobs) => return launch_direct(client, operands, elem, shape, knobs),
         // A table's wgmma entry on a device or element type it cannot run (an f32 decode, the
         // CPU runtime) takes the fallback configuration of cubek's implicit GEMM.
-        ConvChoice::Wgmma(knobs) => match wgmma::supported(client, shape, elem) {
+        ConvChoice::Wgmma(knobs) => match wgmma::supported(client, shape, elem, knobs) {
             Ok(()) => return launch_wgmma(client, operands, elem, shape, knobs),
             Err(_) => Some(fallback_knobs(shape)),
         },

@@ -110,7 +110,7 @@ mod tests {
                             k.validate().is_ok() && (k.n as usize) < e.c_out + 64,
                             "{e:?}"
                         );
-                        assert!(e.c_in.is_multiple_of(super::super::wgmma::STEP_K), "{e:?}");
+                        assert!(e.c_in.is_multiple_of(k.k as usize), "{e:?}");
                     }
                     other => panic!("{other} in a convolution table: {e:?}"),
                 }

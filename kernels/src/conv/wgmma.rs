@@ -36,17 +36,14 @@ use crate::problem::KernelError;
 use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 
-/// Channels of one reduction step (four `k16` instructions).
-pub const STEP_K: usize = 64;
-/// 16-byte chunks of one row in a step.
-const CHUNKS: usize = STEP_K / 8;
-
 /// The launch shape; text form `wgmma.g2.n192.s4` (warpgroups along the positions, output
 /// channels a cube, reduction steps in flight).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaKnobs {
     pub groups: u32,
     pub n: u32,
+    /// Channels of one reduction step: 32 or 64 (two or four `k16` instructions).
+    pub k: u32,
     pub stages: u32,
 }
 
@@ -57,6 +54,7 @@ impl Default for WgmmaKnobs {
         Self {
             groups: 2,
             n: 128,
+            k: 64,
             stages: 3,
         }
     }
@@ -64,7 +62,11 @@ impl Default for WgmmaKnobs {
 
 impl std::fmt::Display for WgmmaKnobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "wgmma.g{}.n{}.s{}", self.groups, self.n, self.stages)
+        write!(
+            f,
+            "wgmma.g{}.n{}.k{}.s{}",
+            self.groups, self.n, self.k, self.stages
+        )
     }
 }
 
@@ -72,11 +74,12 @@ impl WgmmaKnobs {
     /// Parses the text form.
     ///
     /// # Errors
-    /// Text that is not `wgmma.g<groups>.n<channels>.s<stages>`, named.
+    /// Text that is not `wgmma.g<groups>.n<channels>.k<channels>.s<stages>`, named.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let bad = || format!("expected wgmma.g<groups>.n<channels>.s<stages>, got `{text}`");
+        let bad =
+            || format!("expected wgmma.g<groups>.n<channels>.k<channels>.s<stages>, got `{text}`");
         let parts: Vec<&str> = text.split('.').collect();
-        let [name, g, n, s] = parts[..] else {
+        let [name, g, n, k, s] = parts[..] else {
             return Err(bad());
         };
         let num = |p: &str, prefix: char| {
@@ -90,19 +93,23 @@ impl WgmmaKnobs {
         Ok(Self {
             groups: num(g, 'g')?,
             n: num(n, 'n')?,
+            k: num(k, 'k')?,
             stages: num(s, 's')?,
         })
     }
 
-    /// Shared memory of one cube: `stages` steps of `64 groups + n` rows of 128 bytes.
+    /// Shared memory of one cube: `stages` steps of `64 groups + n` rows of `k` values.
     pub fn shared_bytes(&self) -> usize {
-        (self.stages * (64 * self.groups + self.n)) as usize * STEP_K * 2
+        (self.stages * (64 * self.groups + self.n) * self.k) as usize * 2
     }
 
     /// Checks the knobs alone: 1 or 2 warpgroups, `n` one of 64, 96, 128, 192, 256 (the
     /// instruction's N; a unit's accumulators split into at most two power-of-two vectors),
-    /// 2 to 6 stages.
+    /// `k` 32 or 64, 2 to 6 stages.
     pub fn validate(&self) -> Result<(), String> {
+        if ![32, 64].contains(&self.k) {
+            return Err(format!("{self}: k must be 32 or 64, got {}", self.k));
+        }
         if !(1..=2).contains(&self.groups) {
             return Err(format!("{self}: 1 or 2 warpgroups, got {}", self.groups));
         }
@@ -126,6 +133,8 @@ pub struct WgmmaConfig {
     pub c_in: usize,
     pub groups: usize,
     pub n: usize,
+    /// Channels a reduction step (32 or 64).
+    pub k: usize,
     pub stages: usize,
     /// `wgmma` and `cp.async` (sm_90), else plain loads and scalar products over `units` units.
     pub tensor_cores: bool,
@@ -139,6 +148,11 @@ pub struct WgmmaConfig {
 impl WgmmaConfig {
     fn rows(&self) -> usize {
         64 * self.groups
+    }
+
+    /// 16-byte chunks of one row in a step.
+    fn chunks(&self) -> usize {
+        self.k / 8
     }
 }
 
@@ -202,7 +216,9 @@ fn accumulator_len(n: usize) -> usize {
 /// copied to the outputs (`%0..%outs`), then four `k16` instructions on the first `n / 2` of
 /// them whose descriptors advance by `a_step` / `b_step` (16-byte units) from the base words
 /// (inputs `%2outs..%2outs+4`: A low, A high, B low, B high), committed and waited for.
-fn step_ptx(outs: usize, n: usize, f16: bool, a_step: usize, b_step: usize) -> String {
+fn step_ptx(outs: usize, cfg: &WgmmaConfig) -> String {
+    let (n, f16) = (cfg.n, cfg.f16);
+    let (a_step, b_step) = (2 * cfg.rows(), 2 * cfg.n);
     let ty = if f16 { "f16" } else { "bf16" };
     let regs = (0..n / 2)
         .map(|i| format!("%{i}"))
@@ -214,7 +230,7 @@ fn step_ptx(outs: usize, n: usize, f16: bool, a_step: usize, b_step: usize) -> S
         s += &format!("mov.f32 %{i}, %{};\n", outs + i);
     }
     s += "wgmma.fence.sync.aligned;\n";
-    for k in 0..STEP_K / 16 {
+    for k in 0..cfg.k / 16 {
         s += &format!(
             "add.u32 ta, %{al}, {}; add.u32 tb, %{bl}, {};\n\
              mov.b64 da, {{ta, %{ah}}}; mov.b64 db, {{tb, %{bh}}};\n\
@@ -283,16 +299,17 @@ pub fn conv_wgmma<E: Float, V: Size>(
     let bm = comptime![cfg.rows()];
     let bn = comptime![cfg.n];
     let units = comptime![cfg.units];
-    let steps = comptime![cfg.kernel[0] * cfg.kernel[1] * cfg.kernel[2] * cfg.c_in / STEP_K];
-    let a_stage = comptime![cfg.rows() * CHUNKS];
-    let stage = comptime![(cfg.rows() + cfg.n) * CHUNKS];
-    let a_loads = comptime![(cfg.rows() * CHUNKS).div_ceil(cfg.units)];
+    let steps = comptime![cfg.kernel[0] * cfg.kernel[1] * cfg.kernel[2] * cfg.c_in / cfg.k];
+    let chunks = comptime![cfg.chunks()];
+    let a_stage = comptime![cfg.rows() * cfg.chunks()];
+    let stage = comptime![(cfg.rows() + cfg.n) * cfg.chunks()];
+    let a_loads = comptime![(cfg.rows() * cfg.chunks()).div_ceil(cfg.units)];
     let slots = comptime![if cfg.tensor_cores { cfg.stages } else { 1 }];
     let mut tile = Shared::<[Vector<E, V>]>::new_aligned_slice(comptime![slots * stage], 128usize);
     let unit = UNIT_POS as usize;
-    let n_tiles = (g.c_out + bn - 1) / bn;
-    let m0 = (CUBE_POS as usize / n_tiles) * bm;
-    let n0 = (CUBE_POS as usize % n_tiles) * bn;
+    let n_tiles = g.c_out.div_ceil(bn);
+    let m0 = (CUBE_POS / n_tiles) * bm;
+    let n0 = (CUBE_POS % n_tiles) * bn;
 
     // The output position of each input row this unit copies: its input origin (batch offset
     // and the window's corner, padding included) and whether it is inside the output.
@@ -305,7 +322,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
     #[unroll(unrolled)]
     for j in 0..a_loads {
         let i = unit + j * units;
-        let r = m0 + (i % 8) + 8 * (i / (8 * CHUNKS));
+        let r = m0 + (i % 8) + 8 * (i / (8 * chunks));
         row_w[j] = r % g.out_w;
         row_h[j] = (r / g.out_w) % g.out_h;
         row_t[j] = (r / (g.out_w * g.out_h)) % g.out_t;
@@ -370,7 +387,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
                 "// {d} {c} {al} {ah} {bl} {bh}\n{body}",
                 d = out(_) d, c = in(_) c, al = in(_) al, ah = in(_) sbo, bl = in(_) bl,
                 bh = in(_) sbo,
-                body = const step_ptx(accumulator_len(cfg.n), cfg.n, cfg.f16, 2 * cfg.rows(), 2 * cfg.n),
+                body = const step_ptx(accumulator_len(cfg.n), &cfg),
             );
             acc = d;
         }
@@ -401,7 +418,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
                 if idx < bm * bn {
                     let (r, o) = (idx / bn, idx % bn);
                     let mut sum = 0.0f32;
-                    for c in 0..CHUNKS {
+                    for c in 0..chunks {
                         let a = tile[c * bm + r];
                         let b = tile[a_stage + c * bn + o];
                         #[unroll]
@@ -465,15 +482,16 @@ fn load_step<E: Float, V: Size>(
     let units = comptime![cfg.units];
     let kh = comptime![cfg.kernel[1]];
     let kw = comptime![cfg.kernel[2]];
-    let per_tap = comptime![cfg.c_in / STEP_K];
+    let per_tap = comptime![cfg.c_in / cfg.k];
     let w_row = comptime![cfg.kernel[0] * cfg.kernel[1] * cfg.kernel[2] * cfg.c_in / 8];
-    let a_stage = comptime![cfg.rows() * CHUNKS];
-    let stage = comptime![(cfg.rows() + cfg.n) * CHUNKS];
-    let a_loads = comptime![(cfg.rows() * CHUNKS).div_ceil(cfg.units)];
-    let b_loads = comptime![(cfg.n * CHUNKS).div_ceil(cfg.units)];
+    let chunks = comptime![cfg.chunks()];
+    let a_stage = comptime![cfg.rows() * cfg.chunks()];
+    let stage = comptime![(cfg.rows() + cfg.n) * cfg.chunks()];
+    let a_loads = comptime![(cfg.rows() * cfg.chunks()).div_ceil(cfg.units)];
+    let b_loads = comptime![(cfg.n * cfg.chunks()).div_ceil(cfg.units)];
     let unit = UNIT_POS as usize;
     let tap = s / per_tap;
-    let channel = (s % per_tap) * CHUNKS;
+    let channel = (s % per_tap) * chunks;
     let dt = tap / (kh * kw);
     let dh = (tap / kw) % kh;
     let dw = tap % kw;
@@ -482,8 +500,8 @@ fn load_step<E: Float, V: Size>(
     #[unroll(unrolled)]
     for j in 0..a_loads {
         let i = unit + j * units;
-        let chunk = (i / 8) % CHUNKS;
-        let row = (i % 8) + 8 * (i / (8 * CHUNKS));
+        let chunk = (i / 8) % chunks;
+        let row = (i % 8) + 8 * (i / (8 * chunks));
         let t = row_t[j] + dt;
         let h = row_h[j] + dh;
         let w = row_w[j] + dw;
@@ -511,15 +529,15 @@ fn load_step<E: Float, V: Size>(
     #[unroll(unrolled)]
     for j in 0..b_loads {
         let i = unit + j * units;
-        let chunk = (i / 8) % CHUNKS;
-        let row = (i % 8) + 8 * (i / (8 * CHUNKS));
-        let o = row + (CUBE_POS as usize % ((g.c_out + bn - 1) / bn)) * bn;
+        let chunk = (i / 8) % chunks;
+        let row = (i % 8) + 8 * (i / (8 * chunks));
+        let o = row + (CUBE_POS % g.c_out.div_ceil(bn)) * bn;
         let inside = o < g.c_out;
         let mut from = 0usize;
         if inside {
             from = o * w_row + tap * comptime![cfg.c_in / 8] + channel + chunk;
         }
-        if i < comptime![cfg.n * CHUNKS] {
+        if i < comptime![cfg.n * cfg.chunks()] {
             put_chunk::<E, V>(
                 weight,
                 from,
@@ -557,13 +575,18 @@ fn put_chunk<E: Float, V: Size>(
     }
 }
 
-/// Whether the wgmma convolution can run `shape` on `client` (sm_90 or the CPU runtime, `C_in`
-/// a multiple of 64, 2-byte elements), and why not.
-pub fn supported(client: &Client, shape: &ConvShape, elem: ElemType) -> Result<(), String> {
-    if !shape.c_in.is_multiple_of(STEP_K) {
+/// Whether the wgmma convolution with `knobs` can run `shape` on `client` (sm_90 or the CPU
+/// runtime, `C_in` a multiple of the knobs' step, 2-byte elements), and why not.
+pub fn supported(
+    client: &Client,
+    shape: &ConvShape,
+    elem: ElemType,
+    knobs: &WgmmaKnobs,
+) -> Result<(), String> {
+    if !shape.c_in.is_multiple_of(knobs.k as usize) {
         return Err(format!(
-            "C_in must be a multiple of {STEP_K}, got {}",
-            shape.c_in
+            "C_in must be a multiple of the step k = {}, got {}",
+            knobs.k, shape.c_in
         ));
     }
     if !matches!(elem, ElemType::Float(FloatKind::BF16 | FloatKind::F16)) {
@@ -592,7 +615,7 @@ pub fn launch_wgmma(
     let bad = |why: String| Err(KernelError::InvalidKnobs(format!("{knobs}: {why}")));
     shape.validate()?;
     knobs.validate().map_err(KernelError::InvalidKnobs)?;
-    if let Err(why) = supported(client, shape, elem) {
+    if let Err(why) = supported(client, shape, elem, knobs) {
         return bad(why);
     }
     let hw = &client.properties().hardware;
@@ -637,6 +660,7 @@ pub fn launch_wgmma(
         c_in: shape.c_in,
         groups,
         n: knobs.n as usize,
+        k: knobs.k as usize,
         stages: knobs.stages as usize,
         tensor_cores,
         units,
