@@ -1,18 +1,22 @@
 //! The `wgmma` implicit-GEMM convolution (`kernels::conv::wgmma`) against the f64 host
 //! convolution of the bf16 operands: causal temporal padding (the first chunk's zero frames),
 //! later chunks, spatial padding, 3x3x3, 3x1x1 and 1x1x1 kernels, output channels and positions
-//! that leave partial tiles, two batches, a residual added in the store. On the CPU runtime the
+//! that leave partial tiles, two batches, a residual added in the store; the norm applied in
+//! the input load (both norm kinds) against the norm then the convolution. On the CPU runtime the
 //! staged tiles are multiplied as scalars; on an sm_90 GPU by `wgmma` for every launch shape
 //! listed (one and two warpgroups, 64 to 256 channels a cube, 2 to 4 steps in flight).
 
 use burn_rmsnorm_silu::ConvPadding;
-use rmsnorm_silu_kernels::conv::wgmma::{WgmmaKnobs, launch_wgmma};
+use rmsnorm_silu_kernels::conv::prologue::launch_positions_inv_rms;
+use rmsnorm_silu_kernels::conv::wgmma::{NormPrologue, WgmmaKnobs, launch_wgmma};
 use rmsnorm_silu_kernels::conv::{ConvOperands, ConvShape};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::*;
 use rmsnorm_silu_kernels::cubecl::server::Handle;
 use rmsnorm_silu_kernels::cubecl::zspace::Shape;
 use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides;
+use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 use crate::common::*;
 use crate::conv::reference;
@@ -157,7 +161,7 @@ fn wgmma_convolution_matches_the_host() {
                 out: binding(&out, &out_shape),
                 accumulate: residual,
             };
-            match launch_wgmma(&client, operands, elem, &shape, &knobs) {
+            match launch_wgmma(&client, operands, None, elem, &shape, &knobs) {
                 Err(e) if e.to_string().contains("needs an sm_90") => {
                     eprintln!("no wgmma on this device: {e}");
                     return;
@@ -195,7 +199,7 @@ fn wgmma_convolution_refuses_what_it_cannot_run() {
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let knobs = WgmmaKnobs::default();
-    let e = launch_wgmma(&client, operands(), bf16, &shape, &knobs).expect_err("C_in = 96");
+    let e = launch_wgmma(&client, operands(), None, bf16, &shape, &knobs).expect_err("C_in = 96");
     assert!(
         e.to_string()
             .contains("C_in must be a multiple of the step k = 64, got 96"),
@@ -203,7 +207,7 @@ fn wgmma_convolution_refuses_what_it_cannot_run() {
     );
     let shape = ConvShape { c_in: 64, ..shape };
     let f32_elem = ElemType::Float(FloatKind::F32);
-    let e = launch_wgmma(&client, operands(), f32_elem, &shape, &knobs).expect_err("f32");
+    let e = launch_wgmma(&client, operands(), None, f32_elem, &shape, &knobs).expect_err("f32");
     assert!(e.to_string().contains("bf16 or f16 operands"), "{e}");
     let e = WgmmaKnobs::parse("wgmma.g3.n128.k64.s3")
         .expect("parses")
@@ -229,4 +233,128 @@ fn wgmma_convolution_refuses_what_it_cannot_run() {
         WgmmaKnobs::parse("wgmma.g2.n192.k32.s4").map(|k| k.to_string()),
         Ok("wgmma.g2.n192.k32.s4".into())
     );
+}
+
+/// Host inverse RMS of each `channels`-long row.
+fn host_inv_rms(x: &[f64], channels: usize, norm: NormParams) -> Vec<f64> {
+    x.chunks(channels)
+        .map(|row| {
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / channels as f64;
+            1.0 / (ms + norm.eps as f64).max(norm.floor as f64).sqrt()
+        })
+        .collect()
+}
+
+#[test]
+fn norm_in_the_load_matches_norm_then_convolution() {
+    let client = cube_client("the wgmma convolution with the norm in its load");
+    let mut rng = rng("conv wgmma norm");
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let cases: [([usize; 5], [usize; 5], ConvPadding, &str); 3] = [
+        // The first chunk (zero frames in front: zeros after the norm, as PyTorch pads).
+        (
+            [1, 1, 5, 6, 64],
+            [24, 3, 3, 3, 64],
+            ConvPadding::causal(2, 1),
+            "wgmma.g1.n64.k64.s2",
+        ),
+        // A later chunk, 96 channels in steps of 32, Wan's L2 clamp.
+        (
+            [1, 3, 4, 5, 96],
+            [16, 3, 3, 3, 96],
+            ConvPadding::causal(0, 1),
+            "wgmma.g1.n96.k32.s3",
+        ),
+        // Two batches, a 1x1x1.
+        (
+            [2, 2, 3, 7, 128],
+            [40, 1, 1, 1, 128],
+            ConvPadding::causal(0, 0),
+            "wgmma.g2.n128.k64.s3",
+        ),
+    ];
+    for (case, (xs, ws, padding, knobs)) in cases.into_iter().enumerate() {
+        let c = xs[4];
+        let norm = if case == 1 {
+            NormParams::l2_clamp(1e-12, c)
+        } else {
+            NormParams::rms(1e-6)
+        };
+        let x = round_to(
+            &randn(&mut rng, xs.iter().product())
+                .iter()
+                .map(|v| v * 3.0 + 1.0)
+                .collect::<Vec<_>>(),
+            burn::tensor::DType::BF16,
+        );
+        let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), burn::tensor::DType::BF16);
+        let w = round_to(
+            &randn(&mut rng, ws.iter().product())
+                .iter()
+                .map(|v| v * 0.05)
+                .collect::<Vec<_>>(),
+            burn::tensor::DType::BF16,
+        );
+        let bias = round_to(
+            &uniform(&mut rng, ws[0], -0.5, 0.5),
+            burn::tensor::DType::BF16,
+        );
+        // The positions' inverse RMS on the device, against the host.
+        let positions = x.len() / c;
+        let x_handle = client.create_from_slice(&bf16_bytes(&x));
+        let inv_rms = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; positions]));
+        launch_positions_inv_rms(
+            &client,
+            binding(&x_handle, &xs),
+            binding(&inv_rms, &[positions]),
+            bf16,
+            norm,
+        )
+        .unwrap_or_else(|e| panic!("inv_rms {xs:?}: {e}"));
+        let got_rms: Vec<f64> = f32::from_bytes(&client.read_one_unchecked(inv_rms.clone()))
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let want_rms = host_inv_rms(&x, c, norm);
+        assert_close(&got_rms, &want_rms, 0.0, 1e-5, &format!("inv_rms {xs:?}"));
+        // The fused convolution against the norm (rounded to bf16, as the separate op stores
+        // it) then the host convolution.
+        let normed = round_to(
+            &rms_norm_silu_f64(&x, &gamma, c, norm, Activation::Silu),
+            burn::tensor::DType::BF16,
+        );
+        let (want, out_shape) = reference(&normed, xs, &w, ws, &bias, padding);
+        let shape = shape_of(xs, ws, padding, out_shape);
+        let out =
+            client.create_from_slice(&half::bf16::NAN.to_bits().to_le_bytes().repeat(want.len()));
+        let operands = ConvOperands {
+            input: binding(&x_handle, &xs),
+            weight: binding(&client.create_from_slice(&bf16_bytes(&w)), &ws),
+            bias: Some(binding(
+                &client.create_from_slice(&bf16_bytes(&bias)),
+                &[ws[0]],
+            )),
+            out: binding(&out, &out_shape),
+            accumulate: false,
+        };
+        let prologue = NormPrologue {
+            inv_rms: binding(&inv_rms, &[positions]),
+            gamma: binding(&client.create_from_slice(&bf16_bytes(&gamma)), &[c]),
+        };
+        let knobs = WgmmaKnobs::parse(knobs).expect("knobs");
+        match launch_wgmma(&client, operands, Some(prologue), bf16, &shape, &knobs) {
+            Err(e) if e.to_string().contains("needs an sm_90") => {
+                eprintln!("no wgmma on this device: {e}");
+                return;
+            }
+            other => other.unwrap_or_else(|e| panic!("{knobs} {xs:?} * {ws:?}: {e}")),
+        }
+        let got = bf16_values(&client.read_one_unchecked(out));
+        assert_close_to_scale(
+            &got,
+            &want,
+            1e-2,
+            &format!("normed {knobs} {xs:?} * {ws:?}"),
+        );
+    }
 }

@@ -13,7 +13,7 @@
 //! (the E4M3 implicit-GEMM convolution with the default knobs, kT x 3 x 3, bf16 out)
 //! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- wgmma_probe`
 //! (one warpgroup's E4M3 `wgmma` m64n64k32 from shared memory; compile for sm_90a)
-//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- conv_wgmma [knobs] [C_in] [kT]`
+//! `cargo run --release -p rmsnorm-silu-kernels --example cuda_source -- conv_wgmma [knobs] [C_in] [kT] [norm]`
 //! (the bf16 `wgmma` implicit-GEMM convolution, kT x 3 x 3; compile for sm_90a)
 
 use std::sync::Arc;
@@ -488,6 +488,7 @@ fn conv_wgmma(args: &[String]) {
         units: 128 * knobs.groups as usize,
         f16: false,
         accumulate: false,
+        norm: args.get(3).is_some_and(|a| a == "norm"),
     };
     let settings = KernelSettings::new(
         *CubeDim::new_1d(cfg.units as u32),
@@ -499,6 +500,8 @@ fn conv_wgmma(args: &[String]) {
         settings,
         properties(),
         Arc::new(TargetProperties::default()),
+        buffer(),
+        buffer(),
         buffer(),
         buffer(),
         buffer(),

@@ -12,7 +12,8 @@
 //! - [`direct`]: a direct convolution on CUDA cores for layers of at most four output
 //!   channels, where a tensor-core tile would be mostly empty;
 //! - [`fp8`]: an implicit GEMM of this crate's on E4M3 operands (`mma.sync` m16n8k32);
-//! - [`wgmma`]: an implicit GEMM of this crate's on Hopper's `wgmma` (bf16 / f16, sm_90);
+//! - [`wgmma`]: an implicit GEMM of this crate's on Hopper's `wgmma` (bf16 / f16, sm_90), with the
+//!   norm optionally applied in its input load ([`prologue`]);
 //! - `accumulate`: the implicit GEMM adding its result to what the output holds (a residual
 //!   connection in the store, [`ConvOperands::accumulate`]).
 //!
@@ -22,6 +23,7 @@ mod accumulate;
 pub mod direct;
 pub mod fp8;
 pub mod knobs;
+pub mod prologue;
 pub mod table;
 pub mod wgmma;
 
@@ -42,7 +44,7 @@ use cubek::std::{InputBinding, MatrixLayout};
 pub use direct::{DirectKnobs, launch_direct};
 pub use knobs::ConvKnobs;
 pub use table::{ConvEntry, lookup as lookup_conv};
-pub use wgmma::{WgmmaKnobs, launch_wgmma};
+pub use wgmma::{NormPrologue, WgmmaKnobs, launch_wgmma};
 
 /// The geometry of one convolution (what the table is keyed by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -308,7 +310,7 @@ pub fn launch_conv(
         // A table's wgmma entry on a device or element type it cannot run (an f32 decode, the
         // CPU runtime) takes the fallback configuration of cubek's implicit GEMM.
         ConvChoice::Wgmma(knobs) => match wgmma::supported(client, shape, elem, knobs) {
-            Ok(()) => return launch_wgmma(client, operands, elem, shape, knobs),
+            Ok(()) => return launch_wgmma(client, operands, None, elem, shape, knobs),
             Err(_) => Some(fallback_knobs(shape)),
         },
         ConvChoice::Knobs(knobs) => Some(*knobs),

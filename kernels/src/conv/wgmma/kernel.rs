@@ -4,6 +4,7 @@
 
 use super::ptx::{accumulator_len, commit_copies, copy_chunk, shared_base, step_ptx, wait_copies};
 use super::{WgmmaConfig, WgmmaGeometry};
+use crate::conv::prologue::normed_chunk;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
@@ -45,10 +46,13 @@ fn store<E: Float>(out: &mut [E], at: usize, value: f32, bias: E, #[comptime] ac
 }
 
 #[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
 pub fn conv_wgmma<E: Float, V: Size>(
     x: &[Vector<E, V>],
     weight: &[Vector<E, V>],
     bias: &[E],
+    inv_rms: &[f32],
+    gamma: &[Vector<E, V>],
     out: &mut [E],
     g: WgmmaGeometry,
     #[comptime] cfg: WgmmaConfig,
@@ -84,7 +88,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
         row_w[j] = r % g.out_w;
         row_h[j] = (r / g.out_w) % g.out_h;
         row_t[j] = (r / (g.out_w * g.out_h)) % g.out_t;
-        row_b[j] = (r / (g.out_w * g.out_h * g.out_t)) * g.x_b;
+        row_b[j] = r / (g.out_w * g.out_h * g.out_t);
         row_ok[j] = r < g.rows && i < a_stage;
     }
     let mut base = 0u32;
@@ -101,12 +105,37 @@ pub fn conv_wgmma<E: Float, V: Size>(
         let a_lbo = comptime![(cfg.rows() as u32) << 16];
         let b_lbo = comptime![(cfg.n as u32) << 16];
         let sbo = 8u32;
+        // With the norm in the load, a step's input rows go through registers: fetched
+        // before the previous step's products, normalised and stored after them.
+        let fetched = comptime![if cfg.norm { a_loads } else { 1 }];
+        let mut values = Array::<Vector<E, V>>::new(fetched);
+        let mut scales = Array::<f32>::new(fetched);
+        let mut gammas = Array::<Vector<E, V>>::new(fetched);
         for p in 0..comptime![cfg.stages - 1] {
             if p < steps {
                 load_step::<E, V>(
                     x, weight, &mut tile, base, p, p, &g, &row_b, &row_t, &row_h, &row_w, &row_ok,
                     cfg,
                 );
+                if comptime![cfg.norm] {
+                    fetch_rows::<E, V>(
+                        x,
+                        inv_rms,
+                        gamma,
+                        p,
+                        &g,
+                        &row_b,
+                        &row_t,
+                        &row_h,
+                        &row_w,
+                        &row_ok,
+                        &mut values,
+                        &mut scales,
+                        &mut gammas,
+                        cfg,
+                    );
+                    stash_rows::<E, V>(&mut tile, p, &values, &scales, &gammas, cfg);
+                }
             }
             commit_copies();
         }
@@ -131,6 +160,24 @@ pub fn conv_wgmma<E: Float, V: Size>(
                     &row_ok,
                     cfg,
                 );
+                if comptime![cfg.norm] {
+                    fetch_rows::<E, V>(
+                        x,
+                        inv_rms,
+                        gamma,
+                        next,
+                        &g,
+                        &row_b,
+                        &row_t,
+                        &row_h,
+                        &row_w,
+                        &row_ok,
+                        &mut values,
+                        &mut scales,
+                        &mut gammas,
+                        cfg,
+                    );
+                }
             }
             commit_copies();
             let slot = (s % comptime![cfg.stages]) * stage;
@@ -148,6 +195,9 @@ pub fn conv_wgmma<E: Float, V: Size>(
                 body = const step_ptx(accumulator_len(cfg.n), &cfg),
             );
             acc = d;
+            if comptime![cfg.norm] && next < steps {
+                stash_rows::<E, V>(&mut tile, next, &values, &scales, &gammas, cfg);
+            }
         }
         // Unit (warp w of its warpgroup, lane l) holds rows 16 w + l / 4 and that + 8.
         let lane = unit % 32;
@@ -166,10 +216,33 @@ pub fn conv_wgmma<E: Float, V: Size>(
         for j in 0..outputs {
             acc[j] = 0.0f32;
         }
+        let fetched = comptime![if cfg.norm { a_loads } else { 1 }];
+        let mut values = Array::<Vector<E, V>>::new(fetched);
+        let mut scales = Array::<f32>::new(fetched);
+        let mut gammas = Array::<Vector<E, V>>::new(fetched);
         for s in 0..steps {
             load_step::<E, V>(
                 x, weight, &mut tile, base, s, 0, &g, &row_b, &row_t, &row_h, &row_w, &row_ok, cfg,
             );
+            if comptime![cfg.norm] {
+                fetch_rows::<E, V>(
+                    x,
+                    inv_rms,
+                    gamma,
+                    s,
+                    &g,
+                    &row_b,
+                    &row_t,
+                    &row_h,
+                    &row_w,
+                    &row_ok,
+                    &mut values,
+                    &mut scales,
+                    &mut gammas,
+                    cfg,
+                );
+                stash_rows::<E, V>(&mut tile, s, &values, &scales, &gammas, cfg);
+            }
             sync_cube();
             for j in 0..outputs {
                 let idx = unit + j * units;
@@ -238,8 +311,6 @@ fn load_step<E: Float, V: Size>(
     let bm = comptime![cfg.rows()];
     let bn = comptime![cfg.n];
     let units = comptime![cfg.units];
-    let kh = comptime![cfg.kernel[1]];
-    let kw = comptime![cfg.kernel[2]];
     let per_tap = comptime![cfg.c_in / cfg.k];
     let w_row = comptime![cfg.kernel[0] * cfg.kernel[1] * cfg.kernel[2] * cfg.c_in / 8];
     let chunks = comptime![cfg.chunks()];
@@ -250,38 +321,17 @@ fn load_step<E: Float, V: Size>(
     let unit = UNIT_POS as usize;
     let tap = s / per_tap;
     let channel = (s % per_tap) * chunks;
-    let dt = tap / (kh * kw);
-    let dh = (tap / kw) % kh;
-    let dw = tap % kw;
     let slot_base = slot * stage;
     let unrolled = comptime![cfg.tensor_cores];
-    #[unroll(unrolled)]
-    for j in 0..a_loads {
-        let i = unit + j * units;
-        let chunk = (i / 8) % chunks;
-        let row = (i % 8) + 8 * (i / (8 * chunks));
-        let t = row_t[j] + dt;
-        let h = row_h[j] + dh;
-        let w = row_w[j] + dw;
-        let inside = row_ok[j]
-            && t >= g.pad_t
-            && t - g.pad_t < g.in_t
-            && h >= g.pad_h
-            && h - g.pad_h < g.in_h
-            && w >= g.pad_w
-            && w - g.pad_w < g.in_w;
-        let mut from = 0usize;
-        if inside {
-            from = row_b[j]
-                + (t - g.pad_t) * g.x_t
-                + (h - g.pad_h) * g.x_h
-                + (w - g.pad_w) * g.x_w
-                + channel
-                + chunk;
-        }
-        let to = slot_base + chunk * bm + row;
-        if i < a_stage {
-            put_chunk::<E, V>(x, from, tile, base, to, inside, cfg.tensor_cores);
+    if comptime![!cfg.norm] {
+        #[unroll(unrolled)]
+        for j in 0..a_loads {
+            let i = unit + j * units;
+            let src = source(i, j, s, g, row_b, row_t, row_h, row_w, row_ok, cfg);
+            if i < a_stage {
+                let to = slot_base + ((i / 8) % chunks) * bm + (i % 8) + 8 * (i / (8 * chunks));
+                put_chunk::<E, V>(x, src.from, tile, base, to, src.inside, cfg.tensor_cores);
+            }
         }
     }
     #[unroll(unrolled)]
@@ -330,5 +380,139 @@ fn put_chunk<E: Float, V: Size>(
             v = src[from];
         }
         tile[to] = v;
+    }
+}
+
+/// Where input row `j` of this unit (copy index `i`) reads in reduction step `s`: inside the
+/// input or not (padding, past the output), its vector in `x` and its position's index (dense
+/// `[B, T, H, W]`, for the inverse RMS).
+#[derive(CubeType)]
+struct Source {
+    inside: bool,
+    from: usize,
+    position: usize,
+}
+
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn source(
+    i: usize,
+    j: usize,
+    s: usize,
+    g: &WgmmaGeometry,
+    row_b: &Array<usize>,
+    row_t: &Array<usize>,
+    row_h: &Array<usize>,
+    row_w: &Array<usize>,
+    row_ok: &Array<bool>,
+    #[comptime] cfg: WgmmaConfig,
+) -> Source {
+    let kh = comptime![cfg.kernel[1]];
+    let kw = comptime![cfg.kernel[2]];
+    let per_tap = comptime![cfg.c_in / cfg.k];
+    let chunks = comptime![cfg.chunks()];
+    let tap = s / per_tap;
+    let dt = tap / (kh * kw);
+    let dh = (tap / kw) % kh;
+    let dw = tap % kw;
+    let t = row_t[j] + dt;
+    let h = row_h[j] + dh;
+    let w = row_w[j] + dw;
+    let inside = row_ok[j]
+        && t >= g.pad_t
+        && t - g.pad_t < g.in_t
+        && h >= g.pad_h
+        && h - g.pad_h < g.in_h
+        && w >= g.pad_w
+        && w - g.pad_w < g.in_w;
+    let mut from = 0usize;
+    let mut position = 0usize;
+    if inside {
+        let (it, ih, iw) = (t - g.pad_t, h - g.pad_h, w - g.pad_w);
+        from = row_b[j] * g.x_b
+            + it * g.x_t
+            + ih * g.x_h
+            + iw * g.x_w
+            + (s % per_tap) * chunks
+            + (i / 8) % chunks;
+        position = ((row_b[j] * g.in_t + it) * g.in_h + ih) * g.in_w + iw;
+    }
+    Source {
+        inside,
+        from,
+        position,
+    }
+}
+
+/// The norm prologue's loads of step `s`: this unit's input vectors, their positions' inverse
+/// RMS and the matching gamma (zeros for rows outside the input).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn fetch_rows<E: Float, V: Size>(
+    x: &[Vector<E, V>],
+    inv_rms: &[f32],
+    gamma: &[Vector<E, V>],
+    s: usize,
+    g: &WgmmaGeometry,
+    row_b: &Array<usize>,
+    row_t: &Array<usize>,
+    row_h: &Array<usize>,
+    row_w: &Array<usize>,
+    row_ok: &Array<bool>,
+    values: &mut Array<Vector<E, V>>,
+    scales: &mut Array<f32>,
+    gammas: &mut Array<Vector<E, V>>,
+    #[comptime] cfg: WgmmaConfig,
+) {
+    let units = comptime![cfg.units];
+    let per_tap = comptime![cfg.c_in / cfg.k];
+    let chunks = comptime![cfg.chunks()];
+    let a_stage = comptime![cfg.rows() * cfg.chunks()];
+    let a_loads = comptime![(cfg.rows() * cfg.chunks()).div_ceil(cfg.units)];
+    let unit = UNIT_POS as usize;
+    let unrolled = comptime![cfg.tensor_cores];
+    #[unroll(unrolled)]
+    for j in 0..a_loads {
+        let i = unit + j * units;
+        let src = source(i, j, s, g, row_b, row_t, row_h, row_w, row_ok, cfg);
+        let mut v = Vector::<E, V>::new(E::from_int(0));
+        let mut r = 0.0f32;
+        if src.inside && i < a_stage {
+            v = x[src.from];
+            r = inv_rms[src.position];
+        }
+        values[j] = v;
+        scales[j] = r;
+        gammas[j] = gamma[(s % per_tap) * chunks + (i / 8) % chunks];
+    }
+}
+
+/// Stores the fetched rows of step `s`, normalised (`silu(x inv_rms gamma)`), into its slot.
+#[cube]
+fn stash_rows<E: Float, V: Size>(
+    tile: &mut Shared<[Vector<E, V>]>,
+    s: usize,
+    values: &Array<Vector<E, V>>,
+    scales: &Array<f32>,
+    gammas: &Array<Vector<E, V>>,
+    #[comptime] cfg: WgmmaConfig,
+) {
+    let bm = comptime![cfg.rows()];
+    let units = comptime![cfg.units];
+    let chunks = comptime![cfg.chunks()];
+    let a_stage = comptime![cfg.rows() * cfg.chunks()];
+    let a_loads = comptime![(cfg.rows() * cfg.chunks()).div_ceil(cfg.units)];
+    let stage = comptime![(cfg.rows() + cfg.n) * cfg.chunks()];
+    let slots = comptime![if cfg.tensor_cores { cfg.stages } else { 1 }];
+    let slot_base = (s % slots) * stage;
+    let unit = UNIT_POS as usize;
+    let unrolled = comptime![cfg.tensor_cores];
+    #[unroll(unrolled)]
+    for j in 0..a_loads {
+        let i = unit + j * units;
+        if i < a_stage {
+            let to = slot_base + ((i / 8) % chunks) * bm + (i % 8) + 8 * (i / (8 * chunks));
+            tile[to] = normed_chunk::<E, V>(values[j], scales[j], gammas[j], cfg.tensor_cores);
+        }
     }
 }

@@ -148,6 +148,8 @@ pub struct WgmmaConfig {
     pub f16: bool,
     /// Add the result to what the output holds.
     pub accumulate: bool,
+    /// Apply the norm to the input as it is loaded ([`NormPrologue`]).
+    pub norm: bool,
 }
 
 impl WgmmaConfig {
@@ -212,6 +214,15 @@ pub fn supported(
     Ok(())
 }
 
+/// The norm applied to the convolution's input in its load (`silu(x inv_rms gamma)`, the
+/// padding still zero): `inv_rms` dense f32 `[B, T, H, W]` over the input's positions (as
+/// [`crate::conv::prologue::launch_positions_inv_rms`] writes it), `gamma` `C_in` values of the
+/// input's element type.
+pub struct NormPrologue {
+    pub inv_rms: TensorBinding,
+    pub gamma: TensorBinding,
+}
+
 /// Launches [`conv_wgmma`] for `shape` with `knobs` on `operands` (the layout of [`super`]; the
 /// weight dense; the bias required; the input's strides multiples of 8 elements).
 ///
@@ -221,6 +232,7 @@ pub fn supported(
 pub fn launch_wgmma(
     client: &Client,
     operands: ConvOperands,
+    prologue: Option<NormPrologue>,
     elem: ElemType,
     shape: &ConvShape,
     knobs: &WgmmaKnobs,
@@ -279,6 +291,7 @@ pub fn launch_wgmma(
         units,
         f16: matches!(elem, ElemType::Float(FloatKind::F16)),
         accumulate,
+        norm: prologue.is_some(),
     };
     let [in_t, in_h, in_w] = shape.input;
     let [out_t, out_h, out_w] = shape.output;
@@ -292,6 +305,25 @@ pub fn launch_wgmma(
     let x_len = (extent([shape.batch, in_t, in_h, in_w], &xs) + shape.c_in) / 8;
     let y_len = extent([shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
     let w_len = shape.c_out * shape.reduction() / 8;
+    // Without the prologue the kernel reads neither buffer: the bias stands in for both.
+    let positions = shape.batch * in_t * in_h * in_w;
+    let (inv_rms, gamma, inv_rms_len, gamma_len) = match prologue {
+        Some(p) => {
+            let (r, gm) = (
+                p.inv_rms.shape.iter().product::<usize>(),
+                p.gamma.shape.to_vec(),
+            );
+            if r != positions || gm != [shape.c_in] {
+                return bad(format!(
+                    "the norm prologue wants {positions} inverse RMS values and gamma [{}], got \
+                     {r} and {gm:?}",
+                    shape.c_in
+                ));
+            }
+            (p.inv_rms, p.gamma, positions, shape.c_in / 8)
+        }
+        None => (bias.clone(), bias.clone(), 1, 1),
+    };
     let rows = shape.rows();
     let cubes = rows.div_ceil(cfg.rows()) * shape.c_out.div_ceil(cfg.n);
     if cubes > u32::MAX as usize / 2 {
@@ -306,7 +338,9 @@ pub fn launch_wgmma(
             8,
             BufferArg::from_raw_parts_binding(input.handle, x_len),
             BufferArg::from_raw_parts_binding(weight.handle, w_len),
-            BufferArg::from_raw_parts_binding(bias.handle, shape.c_out),
+            BufferArg::from_raw_parts_binding(bias.handle.clone(), shape.c_out),
+            BufferArg::from_raw_parts_binding(inv_rms.handle, inv_rms_len),
+            BufferArg::from_raw_parts_binding(gamma.handle, gamma_len),
             BufferArg::from_raw_parts_binding(out.handle, y_len),
             WgmmaGeometryLaunch::new(
                 rows,
