@@ -100,6 +100,14 @@ for step in "${steps[@]}"; do
         # The convolution tuner (scripts/conv-tune.sh: CONV_SHAPES="0 3" shape indices,
         # CONV_BUDGET seconds) and cuDNN on the same shapes (torchconvs).
         convtune) bash scripts/conv-tune.sh "$out" ${CONV_SHAPES:-} 2>&1 | tee "$out/conv_tune_driver.log" | tail -25 ;;
+        # The wgmma convolution alone (the tuner's phase 0: the table's choice beside every wgmma
+        # launch shape, each checked against the f64 reference) on the shapes whose C_in it
+        # takes; the tuned table merged into the compiled-in one (conv/sm90_conv_merged.txt, for
+        # the decoder's --conv-table).
+        wgmmatune) CONV_PROBE=none CONV_BUDGET=${CONV_BUDGET:-200} \
+                   CONV_EXCLUDE=sync_cyclic,sync_strided,sync_tilewise,async_cyclic,async_strided,tma,spec_cyclic,spec_strided,spec_tma,inferred,direct \
+                   bash scripts/conv-tune.sh "$out/conv" ${CONV_SHAPES:-4 5 1 0 6 9 10 3 8 2} 2>&1 \
+                   | tee "$out/wgmma_tune_driver.log" | tail -14 ;;
         convbench) (cd gpu && timeout "${CONV_TIMEOUT:-300}" ./conv bench --out "$out") > "$out/conv_bench.log" 2>&1
                    tail -20 "$out/conv_bench.log" ;;
         torchconvs) timeout 200 python3 scripts/wan_torch.py convs "$out" > "$out/torch_convs.log" 2>&1

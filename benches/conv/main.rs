@@ -6,7 +6,8 @@
 //! cargo bench --bench conv -- tune [--out DIR] [--only 1,3] [--serial] [--exclude tma,spec_tma]
 //!     # sweep knobs, append each shape's best to DIR/sm<NN>_conv.txt (`--exclude` takes
 //!     # routine names, `inferred`, `direct` and `wgmma`; the table's current choice always runs)
-//! cargo bench --bench conv -- bench [--out DIR]               # the table's choice vs cubek's own
+//! cargo bench --bench conv -- bench [--out DIR]               # the table's choice vs cubek's own,
+//!     # the E4M3 kernel, and (sm_90) the norm in the wgmma convolution's load vs norm + conv
 //! ```
 //! Each candidate is first run once on poisoned output and checked at 384 sampled output
 //! positions (every channel) against an f64 host reference of the same bf16 inputs; then timed
@@ -37,6 +38,7 @@ use burn_rmsnorm_silu::kernels::timing::{Timer, median};
 use half::bf16;
 
 mod case;
+mod normed;
 mod tune;
 
 const BF16: ElemType = ElemType::Float(FloatKind::BF16);

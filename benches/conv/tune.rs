@@ -307,6 +307,7 @@ pub(crate) fn bench(timer: &mut Timer, args: &Args, sites: &[(usize, Site)]) {
         report(&mut csv, *index, site, &table, "table");
         report(&mut csv, *index, site, &inferred, "inferred");
         e4m3(timer, &mut csv, *index, site);
+        super::normed::normed(timer, &mut csv, *index, site);
         if let (Ok(t), Ok(i)) = (&table, &inferred) {
             let n = site.launches as f64;
             total[0] += t.us * n;
