@@ -57,7 +57,7 @@ pub use attention::{
 pub use backend::RmsNormSiluBackend;
 pub use conv::{
     ConvBackend, ConvPadding, MAX_PHASES, Phases, conv3d_channels_last, conv3d_channels_last_add,
-    conv3d_channels_last_phases, fold_upsample2x_weights,
+    conv3d_channels_last_normed, conv3d_channels_last_phases, fold_upsample2x_weights,
 };
 pub use formats::{fp8_scheme, nvfp4_scheme};
 pub use fp8::{

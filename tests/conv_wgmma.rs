@@ -358,3 +358,86 @@ fn norm_in_the_load_matches_norm_then_convolution() {
         );
     }
 }
+
+/// `conv3d_channels_last_normed` through Burn: bf16 with `C_in` a multiple of 32 runs the norm
+/// in the wgmma convolution's load (on the CPU runtime its scalar path), f32 and other widths
+/// the fused norm then the convolution; both against the f64 norm (rounded to the dtype) then
+/// the host convolution.
+#[test]
+fn normed_convolution_through_burn() {
+    use burn::tensor::DType;
+    use burn_rmsnorm_silu::conv3d_channels_last_normed;
+    let device = device();
+    let cases: [(DType, [usize; 5], [usize; 5], ConvPadding); 3] = [
+        (
+            DType::BF16,
+            [1, 1, 4, 5, 64],
+            [16, 3, 3, 3, 64],
+            ConvPadding::causal(2, 1),
+        ),
+        (
+            DType::F32,
+            [1, 3, 3, 4, 40],
+            [8, 3, 3, 3, 40],
+            ConvPadding::causal(0, 1),
+        ),
+        (
+            DType::BF16,
+            [1, 2, 3, 4, 24],
+            [8, 1, 1, 1, 24],
+            ConvPadding::causal(0, 0),
+        ),
+    ];
+    for (dtype, xs, ws, padding) in cases {
+        let mut rng = rng(&format!("conv3d_channels_last_normed {dtype:?} {xs:?}"));
+        let c = xs[4];
+        let norm = NormParams::l2_clamp(1e-12, c);
+        let x = round_to(&randn(&mut rng, xs.iter().product()), dtype);
+        let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), dtype);
+        let w = round_to(&uniform(&mut rng, ws.iter().product(), -0.1, 0.1), dtype);
+        let b = round_to(&uniform(&mut rng, ws[0], -0.5, 0.5), dtype);
+        let normed = round_to(
+            &rms_norm_silu_f64(&x, &gamma, c, norm, Activation::Silu),
+            dtype,
+        );
+        let (want, shape) = reference(&normed, xs, &w, ws, &b, padding);
+        let got = conv3d_channels_last_normed(
+            tensor::<5>(&x, xs, dtype, &device),
+            tensor::<1>(&gamma, [c], dtype, &device),
+            tensor::<5>(&w, ws, dtype, &device),
+            tensor::<1>(&b, [ws[0]], dtype, &device),
+            padding,
+            norm,
+        );
+        assert_eq!(got.dims(), shape, "{dtype:?} {xs:?}");
+        let rel = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+        assert_close_to_scale(
+            &values(got),
+            &want,
+            rel,
+            &format!("{dtype:?} {xs:?} * {ws:?}"),
+        );
+    }
+    let message = panic_message(|| {
+        let t = |shape: [usize; 5]| {
+            tensor::<5>(
+                &vec![0.0; shape.iter().product()],
+                shape,
+                DType::F32,
+                &device,
+            )
+        };
+        conv3d_channels_last_normed(
+            t([1, 1, 2, 2, 8]),
+            tensor::<1>(&[1.0; 7], [7], DType::F32, &device),
+            t([4, 1, 1, 1, 8]),
+            tensor::<1>(&[0.0; 4], [4], DType::F32, &device),
+            ConvPadding::causal(0, 0),
+            NormParams::rms(1e-6),
+        );
+    });
+    assert!(
+        message.contains("conv3d_channels_last_normed: `gamma` must have C_in = 8 values, got [7]"),
+        "{message}"
+    );
+}

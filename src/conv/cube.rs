@@ -7,13 +7,16 @@ use burn_cubecl::{
     CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_contiguous_dtype,
     tensor::CubeTensor,
 };
+use rmsnorm_silu_kernels::conv::prologue::launch_positions_inv_rms;
 use rmsnorm_silu_kernels::conv::{
-    ConvChoice, ConvOperands, ConvShape, fallback_knobs, launch_conv, select_conv_on,
+    ConvChoice, ConvOperands, ConvShape, NormPrologue, WgmmaKnobs, fallback_knobs, launch_conv,
+    launch_wgmma, select_conv_on,
 };
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
 use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
 use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 use burn::tensor::ops::ConvOptions;
 use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};
@@ -21,6 +24,7 @@ use burn_cubecl::kernel::conv::{ConvStrategy, conv_forward_nhwc};
 use super::{
     ConvBackend, ConvPadding, Phases, conv_output_shape, phased_output_shape, phases_with,
 };
+use crate::backend::RmsNormSiluBackend;
 
 /// Burn's direct convolution on the same channels-last memory, where the implicit GEMM does
 /// not run (the CubeCL CPU runtime, or a configuration cubek refuses). Never Burn's
@@ -71,6 +75,21 @@ impl ConvBackend for CubeBackend {
         }
         let y = Self::conv3d_channels_last(x, weight, bias, padding);
         burn_cubecl::ops::numeric::add(y, residual)
+    }
+
+    fn conv3d_channels_last_normed(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        weight: CubeTensor,
+        bias: CubeTensor,
+        padding: ConvPadding,
+        norm: NormParams,
+    ) -> CubeTensor {
+        if let Some(out) = launch_normed(&x, &gamma, &weight, &bias, padding, norm) {
+            return out;
+        }
+        let y = <Self as RmsNormSiluBackend>::rms_norm_silu(x, gamma, norm, Activation::Silu);
+        Self::conv3d_channels_last(y, weight, bias, padding)
     }
 
     fn conv3d_channels_last_phases(
@@ -216,4 +235,96 @@ fn launch_phases(
         }
     }
     Some(out)
+}
+
+/// The norm in the `wgmma` convolution's load: the positions' inverse RMS, then one launch
+/// with the table's wgmma configuration for the shape (two warpgroups of 128 channels
+/// otherwise); None where it does not run (a device other than sm_90 or the CPU runtime, a
+/// dtype other than bf16 / f16, `C_in` not a multiple of 32, a refused launch: logged).
+fn launch_normed(
+    x: &CubeTensor,
+    gamma: &CubeTensor,
+    weight: &CubeTensor,
+    bias: &CubeTensor,
+    padding: ConvPadding,
+    norm: NormParams,
+) -> Option<CubeTensor> {
+    let client = &x.client;
+    let elem = match x.dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return None,
+    };
+    let x = &match x.meta.strides().last() {
+        Some(1) => x.clone(),
+        _ => into_contiguous(x.clone()),
+    };
+    let (weight, bias, gamma) = (
+        into_contiguous(weight.clone()),
+        into_contiguous(bias.clone()),
+        into_contiguous(gamma.clone()),
+    );
+    let dims = x.shape().to_vec();
+    let wdims = weight.shape().to_vec();
+    let out_dims = conv_output_shape(&dims, &wdims, &padding).ok()?;
+    let shape = ConvShape {
+        batch: dims[0],
+        input: [dims[1], dims[2], dims[3]],
+        c_in: dims[4],
+        c_out: wdims[0],
+        kernel: [wdims[1], wdims[2], wdims[3]],
+        padding: [padding.t.0, padding.h.0, padding.w.0],
+        output: [out_dims[1], out_dims[2], out_dims[3]],
+    };
+    let knobs = match select_conv_on(client, &shape) {
+        ConvChoice::Wgmma(k) => k,
+        _ if shape.c_in.is_multiple_of(64) => WgmmaKnobs::default(),
+        _ => WgmmaKnobs {
+            k: 32,
+            stages: 4,
+            ..WgmmaKnobs::default()
+        },
+    };
+    rmsnorm_silu_kernels::conv::wgmma::supported(client, &shape, elem, &knobs).ok()?;
+    let positions: usize = dims[..4].iter().product();
+    let inv_rms = empty_device_contiguous_dtype(
+        client.clone(),
+        x.device.clone(),
+        Shape::new([positions]),
+        DType::F32,
+    );
+    let out = empty_device_contiguous_dtype(
+        client.clone(),
+        x.device.clone(),
+        Shape::new(out_dims),
+        x.dtype,
+    );
+    let launched = launch_positions_inv_rms(
+        client,
+        x.clone().binding(),
+        inv_rms.clone().binding(),
+        elem,
+        norm,
+    )
+    .and_then(|()| {
+        let operands = ConvOperands {
+            input: x.clone().binding(),
+            weight: weight.binding(),
+            bias: Some(bias.binding()),
+            out: out.clone().binding(),
+            accumulate: false,
+        };
+        let prologue = NormPrologue {
+            inv_rms: inv_rms.binding(),
+            gamma: gamma.binding(),
+        };
+        launch_wgmma(client, operands, Some(prologue), elem, &shape, &knobs)
+    });
+    match launched {
+        Ok(()) => Some(out),
+        Err(e) => {
+            log::warn!("conv3d_channels_last_normed: {knobs} refused for {shape:?}: {e}");
+            None
+        }
+    }
 }

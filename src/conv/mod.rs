@@ -11,6 +11,7 @@
 use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
 use burn::tensor::Tensor;
 use burn::tensor::ops::ConvOptions;
+use rmsnorm_silu_kernels::{Activation, NormParams};
 
 /// Zero padding `(before, after)` of the `T`, `H` and `W` axes. A causal convolution puts all
 /// of its temporal padding before: `ConvPadding::causal(k_t - 1, pad)`.
@@ -270,6 +271,23 @@ pub trait ConvBackend: Backend {
         let y = burn_conv3d::<Self>(x, weight, bias, padding);
         Self::float_add(y, residual)
     }
+
+    #[fusion(dtype = x, shape = {
+        let out = conv_output_shape(x, weight, padding)
+            .expect("checked by conv3d_channels_last_normed");
+        burn::tensor::Shape::new(out)
+    })]
+    fn conv3d_channels_last_normed(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: ConvPadding,
+        norm: NormParams,
+    ) -> FloatTensor<Self> {
+        let y = crate::composed::forward::<Self>(x, gamma, norm, Activation::Silu);
+        burn_conv3d::<Self>(y, weight, bias, padding)
+    }
 }
 
 impl ConvBackend for burn::backend::Flex {}
@@ -489,6 +507,46 @@ pub fn conv3d_channels_last_add(
         bias.into_dispatch(),
         padding,
         residual.into_dispatch(),
+    ))
+}
+
+/// `conv3d_channels_last(silu(rms_norm(x) * gamma), weight, bias, padding)`: the norm (over the
+/// channel axis, `norm`'s semantics: [`NormParams::rms`] or Wan's [`NormParams::l2_clamp`]) and
+/// SiLU applied to the convolution's input, the padding zero after them (as PyTorch pads the
+/// normalised tensor).
+///
+/// On an sm_90 GPU (and the CubeCL CPU runtime), for bf16 / f16 with `C_in` a multiple of 32,
+/// the normalised tensor is never written: a reduction writes each position's inverse RMS (4
+/// bytes) and this crate's `wgmma` convolution applies the norm as it loads its input.
+/// Elsewhere the fused norm, then the convolution.
+///
+/// # Panics
+/// As [`conv3d_channels_last`], and when `gamma` is not of length `C_in` or differs in dtype or
+/// device.
+pub fn conv3d_channels_last_normed(
+    x: Tensor<5>,
+    gamma: Tensor<1>,
+    weight: Tensor<5>,
+    bias: Tensor<1>,
+    padding: ConvPadding,
+    norm: NormParams,
+) -> Tensor<5> {
+    let op = "conv3d_channels_last_normed";
+    checked_output_shape(op, &x, &weight, &bias, &padding);
+    let c_in = x.dims()[4];
+    assert!(
+        gamma.dims() == [c_in],
+        "{op}: `gamma` must have C_in = {c_in} values, got {:?}",
+        gamma.dims()
+    );
+    same_dtype_and_device(op, &x, [("gamma", gamma.dtype(), gamma.device())]);
+    Tensor::from_dispatch(<Dispatch as ConvBackend>::conv3d_channels_last_normed(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        padding,
+        norm,
     ))
 }
 
