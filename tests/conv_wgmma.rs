@@ -161,7 +161,7 @@ fn wgmma_convolution_matches_the_host() {
                 out: binding(&out, &out_shape),
                 accumulate: residual,
             };
-            match launch_wgmma(&client, operands, None, elem, &shape, &knobs) {
+            match launch_wgmma(&client, operands, None, None, elem, &shape, &knobs) {
                 Err(e) if e.to_string().contains("needs an sm_90") => {
                     eprintln!("no wgmma on this device: {e}");
                     return;
@@ -199,7 +199,8 @@ fn wgmma_convolution_refuses_what_it_cannot_run() {
     };
     let bf16 = ElemType::Float(FloatKind::BF16);
     let knobs = WgmmaKnobs::default();
-    let e = launch_wgmma(&client, operands(), None, bf16, &shape, &knobs).expect_err("C_in = 96");
+    let e =
+        launch_wgmma(&client, operands(), None, None, bf16, &shape, &knobs).expect_err("C_in = 96");
     assert!(
         e.to_string()
             .contains("C_in must be a multiple of the step k = 64, got 96"),
@@ -207,7 +208,8 @@ fn wgmma_convolution_refuses_what_it_cannot_run() {
     );
     let shape = ConvShape { c_in: 64, ..shape };
     let f32_elem = ElemType::Float(FloatKind::F32);
-    let e = launch_wgmma(&client, operands(), None, f32_elem, &shape, &knobs).expect_err("f32");
+    let e =
+        launch_wgmma(&client, operands(), None, None, f32_elem, &shape, &knobs).expect_err("f32");
     assert!(e.to_string().contains("bf16 or f16 operands"), "{e}");
     let e = WgmmaKnobs::parse("wgmma.g3.n128.k64.s3")
         .expect("parses")
@@ -342,7 +344,15 @@ fn norm_in_the_load_matches_norm_then_convolution() {
             gamma: binding(&client.create_from_slice(&bf16_bytes(&gamma)), &[c]),
         };
         let knobs = WgmmaKnobs::parse(knobs).expect("knobs");
-        match launch_wgmma(&client, operands, Some(prologue), bf16, &shape, &knobs) {
+        match launch_wgmma(
+            &client,
+            operands,
+            Some(prologue),
+            None,
+            bf16,
+            &shape,
+            &knobs,
+        ) {
             Err(e) if e.to_string().contains("needs an sm_90") => {
                 eprintln!("no wgmma on this device: {e}");
                 return;
@@ -440,4 +450,110 @@ fn normed_convolution_through_burn() {
         message.contains("conv3d_channels_last_normed: `gamma` must have C_in = 8 values, got [7]"),
         "{message}"
     );
+}
+
+/// The input's frames from two tensors (a causal convolution's cached frames and the new
+/// chunk, read where they lie), with and without the norm in the load, against the host
+/// convolution of the joined input.
+#[test]
+fn two_input_sources_match_the_joined_input() {
+    use rmsnorm_silu_kernels::conv::InputTail;
+    let client = cube_client("the wgmma convolution from two sources");
+    let mut rng = rng("conv wgmma two sources");
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let (xs, ws, padding) = (
+        [1, 4, 4, 5, 64],
+        [24, 3, 3, 3, 64],
+        ConvPadding::causal(0, 1),
+    );
+    let c = xs[4];
+    let frame = xs[2] * xs[3] * c;
+    let x = round_to(
+        &randn(&mut rng, xs.iter().product()),
+        burn::tensor::DType::BF16,
+    );
+    let gamma = round_to(&uniform(&mut rng, c, 0.5, 2.0), burn::tensor::DType::BF16);
+    let w = round_to(
+        &uniform(&mut rng, ws.iter().product(), -0.1, 0.1),
+        burn::tensor::DType::BF16,
+    );
+    let bias = round_to(
+        &uniform(&mut rng, ws[0], -0.5, 0.5),
+        burn::tensor::DType::BF16,
+    );
+    let norm = NormParams::l2_clamp(1e-12, c);
+    let knobs = WgmmaKnobs::parse("wgmma.g1.n64.k64.s2").expect("knobs");
+    let positions = x.len() / c;
+    let gamma_handle = client.create_from_slice(&bf16_bytes(&gamma));
+    for normed in [false, true] {
+        let input = if normed {
+            round_to(
+                &rms_norm_silu_f64(&x, &gamma, c, norm, Activation::Silu),
+                burn::tensor::DType::BF16,
+            )
+        } else {
+            x.clone()
+        };
+        let (want, out_shape) = reference(&input, xs, &w, ws, &bias, padding);
+        let shape = shape_of(xs, ws, padding, out_shape);
+        for first_frame in [0, 2, 4] {
+            let head =
+                client.create_from_slice(&bf16_bytes(&x[..first_frame * frame]).max_or_one());
+            let tail =
+                client.create_from_slice(&bf16_bytes(&x[first_frame * frame..]).max_or_one());
+            let out = client
+                .create_from_slice(&half::bf16::NAN.to_bits().to_le_bytes().repeat(want.len()));
+            let operands = ConvOperands {
+                input: binding(&head, &[1, first_frame, xs[2], xs[3], c]),
+                weight: binding(&client.create_from_slice(&bf16_bytes(&w)), &ws),
+                bias: Some(binding(
+                    &client.create_from_slice(&bf16_bytes(&bias)),
+                    &[ws[0]],
+                )),
+                out: binding(&out, &out_shape),
+                accumulate: false,
+            };
+            let prologue = normed.then(|| {
+                // The joined input's inverse RMS (the host's: the reduction is tested above).
+                let r: Vec<f32> = host_inv_rms(&x, c, norm)
+                    .iter()
+                    .map(|&v| v as f32)
+                    .collect();
+                NormPrologue {
+                    inv_rms: binding(&client.create_from_slice(f32::as_bytes(&r)), &[positions]),
+                    gamma: binding(&gamma_handle, &[c]),
+                }
+            });
+            let tail = InputTail {
+                input: binding(&tail, &[1, xs[1] - first_frame, xs[2], xs[3], c]),
+                first_frame,
+            };
+            match launch_wgmma(
+                &client,
+                operands,
+                prologue,
+                Some(tail),
+                bf16,
+                &shape,
+                &knobs,
+            ) {
+                Err(e) if e.to_string().contains("needs an sm_90") => return,
+                other => other.unwrap_or_else(|e| panic!("first frame {first_frame}: {e}")),
+            }
+            let got = bf16_values(&client.read_one_unchecked(out));
+            let what = format!("normed {normed}, frames 0..{first_frame} + the rest");
+            assert_close_to_scale(&got, &want, 1e-2, &what);
+        }
+    }
+}
+
+/// Device buffers cannot be empty: a zero-frame source gets one element it never reads.
+trait MaxOrOne {
+    fn max_or_one(self) -> Vec<u8>;
+}
+
+impl MaxOrOne for Vec<u8> {
+    fn max_or_one(self) -> Vec<u8> {
+        if self.is_empty() { vec![0; 16] } else { self }
+    }
 }

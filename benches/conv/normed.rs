@@ -79,7 +79,7 @@ pub(crate) fn normed(timer: &Timer, csv: &mut String, index: usize, site: &Site)
             out: binding(&out, &[s.batch, ot, oh, ow, s.c_out]),
             accumulate: false,
         };
-        launch_wgmma(&client, operands, prologue, BF16, s, &knobs)
+        launch_wgmma(&client, operands, prologue, None, BF16, s, &knobs)
     };
     let fused = || {
         launch_positions_inv_rms(

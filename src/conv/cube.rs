@@ -318,7 +318,7 @@ fn launch_normed(
             inv_rms: inv_rms.binding(),
             gamma: gamma.binding(),
         };
-        launch_wgmma(client, operands, Some(prologue), elem, &shape, &knobs)
+        launch_wgmma(client, operands, Some(prologue), None, elem, &shape, &knobs)
     });
     match launched {
         Ok(()) => Some(out),

@@ -44,7 +44,7 @@ use cubek::std::{InputBinding, MatrixLayout};
 pub use direct::{DirectKnobs, launch_direct};
 pub use knobs::ConvKnobs;
 pub use table::{ConvEntry, lookup as lookup_conv};
-pub use wgmma::{NormPrologue, WgmmaKnobs, launch_wgmma};
+pub use wgmma::{InputTail, NormPrologue, WgmmaKnobs, launch_wgmma};
 
 /// The geometry of one convolution (what the table is keyed by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -310,7 +310,7 @@ pub fn launch_conv(
         // A table's wgmma entry on a device or element type it cannot run (an f32 decode, the
         // CPU runtime) takes the fallback configuration of cubek's implicit GEMM.
         ConvChoice::Wgmma(knobs) => match wgmma::supported(client, shape, elem, knobs) {
-            Ok(()) => return launch_wgmma(client, operands, None, elem, shape, knobs),
+            Ok(()) => return launch_wgmma(client, operands, None, None, elem, shape, knobs),
             Err(_) => Some(fallback_knobs(shape)),
         },
         ConvChoice::Knobs(knobs) => Some(*knobs),

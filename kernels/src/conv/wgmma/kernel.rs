@@ -49,6 +49,7 @@ fn store<E: Float>(out: &mut [E], at: usize, value: f32, bias: E, #[comptime] ac
 #[allow(clippy::too_many_arguments)]
 pub fn conv_wgmma<E: Float, V: Size>(
     x: &[Vector<E, V>],
+    x_tail: &[Vector<E, V>],
     weight: &[Vector<E, V>],
     bias: &[E],
     inv_rms: &[f32],
@@ -114,12 +115,13 @@ pub fn conv_wgmma<E: Float, V: Size>(
         for p in 0..comptime![cfg.stages - 1] {
             if p < steps {
                 load_step::<E, V>(
-                    x, weight, &mut tile, base, p, p, &g, &row_b, &row_t, &row_h, &row_w, &row_ok,
-                    cfg,
+                    x, x_tail, weight, &mut tile, base, p, p, &g, &row_b, &row_t, &row_h, &row_w,
+                    &row_ok, cfg,
                 );
                 if comptime![cfg.norm] {
                     fetch_rows::<E, V>(
                         x,
+                        x_tail,
                         inv_rms,
                         gamma,
                         p,
@@ -147,6 +149,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
             if next < steps {
                 load_step::<E, V>(
                     x,
+                    x_tail,
                     weight,
                     &mut tile,
                     base,
@@ -163,6 +166,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
                 if comptime![cfg.norm] {
                     fetch_rows::<E, V>(
                         x,
+                        x_tail,
                         inv_rms,
                         gamma,
                         next,
@@ -222,11 +226,13 @@ pub fn conv_wgmma<E: Float, V: Size>(
         let mut gammas = Array::<Vector<E, V>>::new(fetched);
         for s in 0..steps {
             load_step::<E, V>(
-                x, weight, &mut tile, base, s, 0, &g, &row_b, &row_t, &row_h, &row_w, &row_ok, cfg,
+                x, x_tail, weight, &mut tile, base, s, 0, &g, &row_b, &row_t, &row_h, &row_w,
+                &row_ok, cfg,
             );
             if comptime![cfg.norm] {
                 fetch_rows::<E, V>(
                     x,
+                    x_tail,
                     inv_rms,
                     gamma,
                     s,
@@ -295,6 +301,7 @@ fn output_offset(r: usize, g: &WgmmaGeometry) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn load_step<E: Float, V: Size>(
     x: &[Vector<E, V>],
+    x_tail: &[Vector<E, V>],
     weight: &[Vector<E, V>],
     tile: &mut Shared<[Vector<E, V>]>,
     base: u32,
@@ -330,7 +337,11 @@ fn load_step<E: Float, V: Size>(
             let src = source(i, j, s, g, row_b, row_t, row_h, row_w, row_ok, cfg);
             if i < a_stage {
                 let to = slot_base + ((i / 8) % chunks) * bm + (i % 8) + 8 * (i / (8 * chunks));
-                put_chunk::<E, V>(x, src.from, tile, base, to, src.inside, cfg.tensor_cores);
+                if src.tail {
+                    put_chunk::<E, V>(x_tail, src.from, tile, base, to, true, cfg.tensor_cores);
+                } else {
+                    put_chunk::<E, V>(x, src.from, tile, base, to, src.inside, cfg.tensor_cores);
+                }
             }
         }
     }
@@ -389,6 +400,8 @@ fn put_chunk<E: Float, V: Size>(
 #[derive(CubeType)]
 struct Source {
     inside: bool,
+    /// From the second source (frames `tail_t..`).
+    tail: bool,
     from: usize,
     position: usize,
 }
@@ -427,18 +440,25 @@ fn source(
         && w - g.pad_w < g.in_w;
     let mut from = 0usize;
     let mut position = 0usize;
+    let mut tail = false;
     if inside {
         let (it, ih, iw) = (t - g.pad_t, h - g.pad_h, w - g.pad_w);
-        from = row_b[j] * g.x_b
-            + it * g.x_t
-            + ih * g.x_h
-            + iw * g.x_w
-            + (s % per_tap) * chunks
-            + (i / 8) % chunks;
+        let channel = (s % per_tap) * chunks + (i / 8) % chunks;
+        if it < g.tail_t {
+            from = row_b[j] * g.x_b + it * g.x_t + ih * g.x_h + iw * g.x_w + channel;
+        } else {
+            tail = true;
+            from = row_b[j] * g.tail_b
+                + (it - g.tail_t) * g.tail_ft
+                + ih * g.tail_h
+                + iw * g.tail_w
+                + channel;
+        }
         position = ((row_b[j] * g.in_t + it) * g.in_h + ih) * g.in_w + iw;
     }
     Source {
         inside,
+        tail,
         from,
         position,
     }
@@ -450,6 +470,7 @@ fn source(
 #[allow(clippy::too_many_arguments)]
 fn fetch_rows<E: Float, V: Size>(
     x: &[Vector<E, V>],
+    x_tail: &[Vector<E, V>],
     inv_rms: &[f32],
     gamma: &[Vector<E, V>],
     s: usize,
@@ -478,7 +499,11 @@ fn fetch_rows<E: Float, V: Size>(
         let mut v = Vector::<E, V>::new(E::from_int(0));
         let mut r = 0.0f32;
         if src.inside && i < a_stage {
-            v = x[src.from];
+            v = if src.tail {
+                x_tail[src.from]
+            } else {
+                x[src.from]
+            };
             r = inv_rms[src.position];
         }
         values[j] = v;

@@ -180,6 +180,13 @@ pub struct WgmmaGeometry {
     pub x_t: usize,
     pub x_h: usize,
     pub x_w: usize,
+    /// Input frames `tail_t..` come from the second source (`in_t` without one), whose strides
+    /// follow.
+    pub tail_t: usize,
+    pub tail_b: usize,
+    pub tail_ft: usize,
+    pub tail_h: usize,
+    pub tail_w: usize,
     pub out_t: usize,
     pub out_h: usize,
     pub out_w: usize,
@@ -223,6 +230,15 @@ pub struct NormPrologue {
     pub gamma: TensorBinding,
 }
 
+/// A second input source: the input's frames from `first_frame` on are read from `input`
+/// (channels-last, its own strides; frame `first_frame` is its frame 0), the ones before from
+/// the operands' input. A causal convolution's cached frames and the new chunk, read where
+/// they lie instead of joined into one buffer.
+pub struct InputTail {
+    pub input: TensorBinding,
+    pub first_frame: usize,
+}
+
 /// Launches [`conv_wgmma`] for `shape` with `knobs` on `operands` (the layout of [`super`]; the
 /// weight dense; the bias required; the input's strides multiples of 8 elements).
 ///
@@ -233,6 +249,7 @@ pub fn launch_wgmma(
     client: &Client,
     operands: ConvOperands,
     prologue: Option<NormPrologue>,
+    tail: Option<InputTail>,
     elem: ElemType,
     shape: &ConvShape,
     knobs: &WgmmaKnobs,
@@ -296,13 +313,56 @@ pub fn launch_wgmma(
     let [in_t, in_h, in_w] = shape.input;
     let [out_t, out_h, out_w] = shape.output;
     let [pad_t, pad_h, pad_w] = shape.padding;
+    // Elements from a source's first to its last row (0 for a source of no frames, which the
+    // kernel never reads).
     let extent = |dims: [usize; 4], strides: &[usize]| {
         dims.iter()
             .zip(strides)
-            .map(|(d, s)| (d - 1) * s)
+            .map(|(d, s)| d.saturating_sub(1) * s)
             .sum::<usize>()
     };
-    let x_len = (extent([shape.batch, in_t, in_h, in_w], &xs) + shape.c_in) / 8;
+    let dims_of = |b: &TensorBinding| -> [usize; 4] {
+        let d = b.shape.to_vec();
+        [d[0], d[1], d[2], d[3]]
+    };
+    if input.shape.len() != 5 {
+        return bad(format!("a 5-D input, got {:?}", input.shape.to_vec()));
+    }
+    let head = dims_of(&input);
+    let x_len = (extent(head, &xs) + shape.c_in) / 8;
+    // The second source: its frames, strides (vectors) and length; without one, the first
+    // source stands in and no frame reaches it.
+    let (tail_handle, tail_t, ts, tail_len) = match tail {
+        Some(tail) => {
+            let ts = tail.input.strides.to_vec();
+            let td = tail.input.shape.to_vec();
+            let want = [
+                shape.batch,
+                in_t - tail.first_frame.min(in_t),
+                in_h,
+                in_w,
+                shape.c_in,
+            ];
+            if tail.first_frame > in_t
+                || td != want
+                || head[1] != tail.first_frame
+                || ts.len() != 5
+                || ts[4] != 1
+                || ts[..4].iter().any(|s| s % 8 != 0)
+            {
+                return bad(format!(
+                    "the input's frames 0..{} and a second source of shape {want:?} with \
+                     contiguous channels and strides multiples of 8, got {:?} and {td:?} \
+                     (strides {ts:?})",
+                    tail.first_frame,
+                    input.shape.to_vec()
+                ));
+            }
+            let len = (extent(dims_of(&tail.input), &ts) + shape.c_in) / 8;
+            (tail.input.handle, tail.first_frame, ts, len)
+        }
+        None => (input.handle.clone(), in_t, vec![0; 5], x_len),
+    };
     let y_len = extent([shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
     let w_len = shape.c_out * shape.reduction() / 8;
     // Without the prologue the kernel reads neither buffer: the bias stands in for both.
@@ -334,9 +394,10 @@ pub fn launch_wgmma(
             client,
             CubeCount::new_1d(cubes as u32),
             CubeDim::new_1d(units as u32),
-            AddressType::from_len((x_len * 8).max(y_len).max(w_len * 8)),
+            AddressType::from_len((x_len.max(tail_len) * 8).max(y_len).max(w_len * 8)),
             8,
             BufferArg::from_raw_parts_binding(input.handle, x_len),
+            BufferArg::from_raw_parts_binding(tail_handle, tail_len),
             BufferArg::from_raw_parts_binding(weight.handle, w_len),
             BufferArg::from_raw_parts_binding(bias.handle.clone(), shape.c_out),
             BufferArg::from_raw_parts_binding(inv_rms.handle, inv_rms_len),
@@ -355,6 +416,11 @@ pub fn launch_wgmma(
                 xs[1] / 8,
                 xs[2] / 8,
                 xs[3] / 8,
+                tail_t,
+                ts[0] / 8,
+                ts[1] / 8,
+                ts[2] / 8,
+                ts[3] / 8,
                 out_t,
                 out_h,
                 out_w,
