@@ -557,3 +557,77 @@ impl MaxOrOne for Vec<u8> {
         if self.is_empty() { vec![0; 16] } else { self }
     }
 }
+
+#[test]
+fn prologue_and_second_source_arguments_are_checked() {
+    use rmsnorm_silu_kernels::conv::InputTail;
+    let client = cube_client("the wgmma convolution");
+    let h = client.create_from_slice(&[0u8; 1 << 14]);
+    let bf16 = ElemType::Float(FloatKind::BF16);
+    let shape = ConvShape {
+        batch: 1,
+        input: [2, 4, 4],
+        c_in: 64,
+        c_out: 8,
+        kernel: [1, 1, 1],
+        padding: [0, 0, 0],
+        output: [2, 4, 4],
+    };
+    let operands = |frames: usize| ConvOperands {
+        input: binding(&h, &[1, frames, 4, 4, 64]),
+        weight: binding(&h, &[8, 1, 1, 1, 64]),
+        bias: Some(binding(&h, &[8])),
+        out: binding(&h, &[1, 2, 4, 4, 8]),
+        accumulate: false,
+    };
+    let knobs = WgmmaKnobs::parse("wgmma.g1.n64.k64.s2").expect("knobs");
+    let prologue = |positions: usize, c: usize| NormPrologue {
+        inv_rms: binding(&h, &[positions]),
+        gamma: binding(&h, &[c]),
+    };
+    let launch = |frames, p, t| launch_wgmma(&client, operands(frames), p, t, bf16, &shape, &knobs);
+    let e = launch(2, Some(prologue(31, 64)), None).expect_err("31 positions");
+    assert!(
+        e.to_string().contains(
+            "the norm prologue wants 32 inverse RMS values and gamma [64], got 31 and [64]"
+        ),
+        "{e}"
+    );
+    let e = launch(2, Some(prologue(32, 32)), None).expect_err("gamma of 32");
+    assert!(e.to_string().contains("got 32 and [32]"), "{e}");
+    let tail = |frames: usize, first_frame| InputTail {
+        input: binding(&h, &[1, frames, 4, 4, 64]),
+        first_frame,
+    };
+    let e = launch(1, None, Some(tail(2, 1))).expect_err("tail of 2 frames from frame 1");
+    assert!(
+        e.to_string()
+            .contains("the input's frames 0..1 and a second source of shape [1, 1, 4, 4, 64]"),
+        "{e}"
+    );
+    let e = launch(2, None, Some(tail(1, 1))).expect_err("head of 2 frames before frame 1");
+    assert!(
+        e.to_string()
+            .contains("got [1, 2, 4, 4, 64] and [1, 1, 4, 4, 64]"),
+        "{e}"
+    );
+    // The inverse RMS: its output's size and the input's element type.
+    let e = launch_positions_inv_rms(
+        &client,
+        binding(&h, &[1, 2, 4, 4, 64]),
+        binding(&h, &[31]),
+        bf16,
+        NormParams::rms(1e-6),
+    )
+    .expect_err("31 outputs");
+    assert!(e.to_string().contains("32 outputs, got shape [31]"), "{e}");
+    let e = launch_positions_inv_rms(
+        &client,
+        binding(&h, &[1, 2, 4, 4, 64]),
+        binding(&h, &[32]),
+        ElemType::Float(FloatKind::F32),
+        NormParams::rms(1e-6),
+    )
+    .expect_err("f32");
+    assert!(e.to_string().contains("bf16 or f16 input"), "{e}");
+}
