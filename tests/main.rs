@@ -13,6 +13,7 @@ mod channels;
 mod channels_backward;
 mod conv;
 mod conv_fp8;
+mod conv_normed;
 mod conv_wgmma;
 mod edge_cases;
 mod errors;
