@@ -45,6 +45,26 @@ fn store<E: Float>(out: &mut [E], at: usize, value: f32, bias: E, #[comptime] ac
     out[at] = E::cast_from(v);
 }
 
+/// The input rows this unit copies: each one's output position (batch index, T, H, W) and
+/// whether it is inside the output.
+#[derive(CubeType)]
+struct Rows {
+    b: Array<usize>,
+    t: Array<usize>,
+    h: Array<usize>,
+    w: Array<usize>,
+    ok: Array<bool>,
+}
+
+/// The norm prologue's loads of one step, held in registers across the previous step's
+/// products: the input vectors, their positions' inverse RMS and the matching gamma.
+#[derive(CubeType)]
+struct Fetched<E: Float, V: Size> {
+    values: Array<Vector<E, V>>,
+    scales: Array<f32>,
+    gammas: Array<Vector<E, V>>,
+}
+
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn conv_wgmma<E: Float, V: Size>(
@@ -76,21 +96,23 @@ pub fn conv_wgmma<E: Float, V: Size>(
 
     // The output position of each input row this unit copies: its input origin (batch offset
     // and the window's corner, padding included) and whether it is inside the output.
-    let mut row_b = Array::<usize>::new(a_loads);
-    let mut row_t = Array::<usize>::new(a_loads);
-    let mut row_h = Array::<usize>::new(a_loads);
-    let mut row_w = Array::<usize>::new(a_loads);
-    let mut row_ok = Array::<bool>::new(a_loads);
+    let mut rows = Rows {
+        b: Array::new(a_loads),
+        t: Array::new(a_loads),
+        h: Array::new(a_loads),
+        w: Array::new(a_loads),
+        ok: Array::new(a_loads),
+    };
     let unrolled = comptime![cfg.tensor_cores];
     #[unroll(unrolled)]
     for j in 0..a_loads {
         let i = unit + j * units;
         let r = m0 + (i % 8) + 8 * (i / (8 * chunks));
-        row_w[j] = r % g.out_w;
-        row_h[j] = (r / g.out_w) % g.out_h;
-        row_t[j] = (r / (g.out_w * g.out_h)) % g.out_t;
-        row_b[j] = r / (g.out_w * g.out_h * g.out_t);
-        row_ok[j] = r < g.rows && i < a_stage;
+        rows.w[j] = r % g.out_w;
+        rows.h[j] = (r / g.out_w) % g.out_h;
+        rows.t[j] = (r / (g.out_w * g.out_h)) % g.out_t;
+        rows.b[j] = r / (g.out_w * g.out_h * g.out_t);
+        rows.ok[j] = r < g.rows && i < a_stage;
     }
     let mut base = 0u32;
     if comptime![cfg.tensor_cores] {
@@ -109,34 +131,17 @@ pub fn conv_wgmma<E: Float, V: Size>(
         // With the norm in the load, a step's input rows go through registers: fetched
         // before the previous step's products, normalised and stored after them.
         let fetched = comptime![if cfg.norm { a_loads } else { 1 }];
-        let mut values = Array::<Vector<E, V>>::new(fetched);
-        let mut scales = Array::<f32>::new(fetched);
-        let mut gammas = Array::<Vector<E, V>>::new(fetched);
+        let mut held = Fetched::<E, V> {
+            values: Array::new(fetched),
+            scales: Array::new(fetched),
+            gammas: Array::new(fetched),
+        };
         for p in 0..comptime![cfg.stages - 1] {
             if p < steps {
-                load_step::<E, V>(
-                    x, x_tail, weight, &mut tile, base, p, p, &g, &row_b, &row_t, &row_h, &row_w,
-                    &row_ok, cfg,
-                );
+                load_step::<E, V>(x, x_tail, weight, &mut tile, base, p, p, &g, &rows, cfg);
                 if comptime![cfg.norm] {
-                    fetch_rows::<E, V>(
-                        x,
-                        x_tail,
-                        inv_rms,
-                        gamma,
-                        p,
-                        &g,
-                        &row_b,
-                        &row_t,
-                        &row_h,
-                        &row_w,
-                        &row_ok,
-                        &mut values,
-                        &mut scales,
-                        &mut gammas,
-                        cfg,
-                    );
-                    stash_rows::<E, V>(&mut tile, p, &values, &scales, &gammas, cfg);
+                    fetch_rows::<E, V>(x, x_tail, inv_rms, gamma, p, &g, &rows, &mut held, cfg);
+                    stash_rows::<E, V>(&mut tile, p, &held, cfg);
                 }
             }
             commit_copies();
@@ -156,31 +161,11 @@ pub fn conv_wgmma<E: Float, V: Size>(
                     next,
                     next % comptime![cfg.stages],
                     &g,
-                    &row_b,
-                    &row_t,
-                    &row_h,
-                    &row_w,
-                    &row_ok,
+                    &rows,
                     cfg,
                 );
                 if comptime![cfg.norm] {
-                    fetch_rows::<E, V>(
-                        x,
-                        x_tail,
-                        inv_rms,
-                        gamma,
-                        next,
-                        &g,
-                        &row_b,
-                        &row_t,
-                        &row_h,
-                        &row_w,
-                        &row_ok,
-                        &mut values,
-                        &mut scales,
-                        &mut gammas,
-                        cfg,
-                    );
+                    fetch_rows::<E, V>(x, x_tail, inv_rms, gamma, next, &g, &rows, &mut held, cfg);
                 }
             }
             commit_copies();
@@ -200,7 +185,7 @@ pub fn conv_wgmma<E: Float, V: Size>(
             );
             acc = d;
             if comptime![cfg.norm] && next < steps {
-                stash_rows::<E, V>(&mut tile, next, &values, &scales, &gammas, cfg);
+                stash_rows::<E, V>(&mut tile, next, &held, cfg);
             }
         }
         // Unit (warp w of its warpgroup, lane l) holds rows 16 w + l / 4 and that + 8.
@@ -221,33 +206,16 @@ pub fn conv_wgmma<E: Float, V: Size>(
             acc[j] = 0.0f32;
         }
         let fetched = comptime![if cfg.norm { a_loads } else { 1 }];
-        let mut values = Array::<Vector<E, V>>::new(fetched);
-        let mut scales = Array::<f32>::new(fetched);
-        let mut gammas = Array::<Vector<E, V>>::new(fetched);
+        let mut held = Fetched::<E, V> {
+            values: Array::new(fetched),
+            scales: Array::new(fetched),
+            gammas: Array::new(fetched),
+        };
         for s in 0..steps {
-            load_step::<E, V>(
-                x, x_tail, weight, &mut tile, base, s, 0, &g, &row_b, &row_t, &row_h, &row_w,
-                &row_ok, cfg,
-            );
+            load_step::<E, V>(x, x_tail, weight, &mut tile, base, s, 0, &g, &rows, cfg);
             if comptime![cfg.norm] {
-                fetch_rows::<E, V>(
-                    x,
-                    x_tail,
-                    inv_rms,
-                    gamma,
-                    s,
-                    &g,
-                    &row_b,
-                    &row_t,
-                    &row_h,
-                    &row_w,
-                    &row_ok,
-                    &mut values,
-                    &mut scales,
-                    &mut gammas,
-                    cfg,
-                );
-                stash_rows::<E, V>(&mut tile, s, &values, &scales, &gammas, cfg);
+                fetch_rows::<E, V>(x, x_tail, inv_rms, gamma, s, &g, &rows, &mut held, cfg);
+                stash_rows::<E, V>(&mut tile, s, &held, cfg);
             }
             sync_cube();
             for j in 0..outputs {
@@ -308,11 +276,7 @@ fn load_step<E: Float, V: Size>(
     s: usize,
     slot: usize,
     g: &WgmmaGeometry,
-    row_b: &Array<usize>,
-    row_t: &Array<usize>,
-    row_h: &Array<usize>,
-    row_w: &Array<usize>,
-    row_ok: &Array<bool>,
+    rows: &Rows,
     #[comptime] cfg: WgmmaConfig,
 ) {
     let bm = comptime![cfg.rows()];
@@ -334,7 +298,7 @@ fn load_step<E: Float, V: Size>(
         #[unroll(unrolled)]
         for j in 0..a_loads {
             let i = unit + j * units;
-            let src = source(i, j, s, g, row_b, row_t, row_h, row_w, row_ok, cfg);
+            let src = source(i, j, s, g, rows, cfg);
             if i < a_stage {
                 let to = slot_base + ((i / 8) % chunks) * bm + (i % 8) + 8 * (i / (8 * chunks));
                 if src.tail {
@@ -413,11 +377,7 @@ fn source(
     j: usize,
     s: usize,
     g: &WgmmaGeometry,
-    row_b: &Array<usize>,
-    row_t: &Array<usize>,
-    row_h: &Array<usize>,
-    row_w: &Array<usize>,
-    row_ok: &Array<bool>,
+    rows: &Rows,
     #[comptime] cfg: WgmmaConfig,
 ) -> Source {
     let kh = comptime![cfg.kernel[1]];
@@ -428,10 +388,10 @@ fn source(
     let dt = tap / (kh * kw);
     let dh = (tap / kw) % kh;
     let dw = tap % kw;
-    let t = row_t[j] + dt;
-    let h = row_h[j] + dh;
-    let w = row_w[j] + dw;
-    let inside = row_ok[j]
+    let t = rows.t[j] + dt;
+    let h = rows.h[j] + dh;
+    let w = rows.w[j] + dw;
+    let inside = rows.ok[j]
         && t >= g.pad_t
         && t - g.pad_t < g.in_t
         && h >= g.pad_h
@@ -445,16 +405,16 @@ fn source(
         let (it, ih, iw) = (t - g.pad_t, h - g.pad_h, w - g.pad_w);
         let channel = (s % per_tap) * chunks + (i / 8) % chunks;
         if it < g.tail_t {
-            from = row_b[j] * g.x_b + it * g.x_t + ih * g.x_h + iw * g.x_w + channel;
+            from = rows.b[j] * g.x_b + it * g.x_t + ih * g.x_h + iw * g.x_w + channel;
         } else {
             tail = true;
-            from = row_b[j] * g.tail_b
+            from = rows.b[j] * g.tail_b
                 + (it - g.tail_t) * g.tail_ft
                 + ih * g.tail_h
                 + iw * g.tail_w
                 + channel;
         }
-        position = ((row_b[j] * g.in_t + it) * g.in_h + ih) * g.in_w + iw;
+        position = ((rows.b[j] * g.in_t + it) * g.in_h + ih) * g.in_w + iw;
     }
     Source {
         inside,
@@ -475,14 +435,8 @@ fn fetch_rows<E: Float, V: Size>(
     gamma: &[Vector<E, V>],
     s: usize,
     g: &WgmmaGeometry,
-    row_b: &Array<usize>,
-    row_t: &Array<usize>,
-    row_h: &Array<usize>,
-    row_w: &Array<usize>,
-    row_ok: &Array<bool>,
-    values: &mut Array<Vector<E, V>>,
-    scales: &mut Array<f32>,
-    gammas: &mut Array<Vector<E, V>>,
+    rows: &Rows,
+    held: &mut Fetched<E, V>,
     #[comptime] cfg: WgmmaConfig,
 ) {
     let units = comptime![cfg.units];
@@ -495,7 +449,7 @@ fn fetch_rows<E: Float, V: Size>(
     #[unroll(unrolled)]
     for j in 0..a_loads {
         let i = unit + j * units;
-        let src = source(i, j, s, g, row_b, row_t, row_h, row_w, row_ok, cfg);
+        let src = source(i, j, s, g, rows, cfg);
         let mut v = Vector::<E, V>::new(E::from_int(0));
         let mut r = 0.0f32;
         if src.inside && i < a_stage {
@@ -506,9 +460,9 @@ fn fetch_rows<E: Float, V: Size>(
             };
             r = inv_rms[src.position];
         }
-        values[j] = v;
-        scales[j] = r;
-        gammas[j] = gamma[(s % per_tap) * chunks + (i / 8) % chunks];
+        held.values[j] = v;
+        held.scales[j] = r;
+        held.gammas[j] = gamma[(s % per_tap) * chunks + (i / 8) % chunks];
     }
 }
 
@@ -517,9 +471,7 @@ fn fetch_rows<E: Float, V: Size>(
 fn stash_rows<E: Float, V: Size>(
     tile: &mut Shared<[Vector<E, V>]>,
     s: usize,
-    values: &Array<Vector<E, V>>,
-    scales: &Array<f32>,
-    gammas: &Array<Vector<E, V>>,
+    held: &Fetched<E, V>,
     #[comptime] cfg: WgmmaConfig,
 ) {
     let bm = comptime![cfg.rows()];
@@ -537,7 +489,12 @@ fn stash_rows<E: Float, V: Size>(
         let i = unit + j * units;
         if i < a_stage {
             let to = slot_base + ((i / 8) % chunks) * bm + (i % 8) + 8 * (i / (8 * chunks));
-            tile[to] = normed_chunk::<E, V>(values[j], scales[j], gammas[j], cfg.tensor_cores);
+            tile[to] = normed_chunk::<E, V>(
+                held.values[j],
+                held.scales[j],
+                held.gammas[j],
+                cfg.tensor_cores,
+            );
         }
     }
 }
