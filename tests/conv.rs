@@ -11,7 +11,40 @@ use burn_rmsnorm_silu::{
 };
 
 use crate::common::*;
+use rmsnorm_silu_kernels::conv::ConvShape;
+use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
+use rmsnorm_silu_kernels::cubecl::server::Handle;
+use rmsnorm_silu_kernels::cubecl::zspace::Shape;
+use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides;
 
+/// A dense row-major view of `handle` as `shape` (the kernel-level tests' operands).
+pub(crate) fn binding(handle: &Handle, shape: &[usize]) -> TensorBinding {
+    unsafe {
+        TensorBinding::from_raw_parts(
+            handle.clone(),
+            row_major_contiguous_strides(shape),
+            Shape::from(shape.to_vec()),
+        )
+    }
+}
+
+/// The kernels' geometry of the convolution of `xs` by `ws` with `padding`, into `out`.
+pub(crate) fn shape_of(
+    xs: [usize; 5],
+    ws: [usize; 5],
+    padding: ConvPadding,
+    out: [usize; 5],
+) -> ConvShape {
+    ConvShape {
+        batch: xs[0],
+        input: [xs[1], xs[2], xs[3]],
+        c_in: xs[4],
+        c_out: ws[0],
+        kernel: [ws[1], ws[2], ws[3]],
+        padding: [padding.t.0, padding.h.0, padding.w.0],
+        output: [out[1], out[2], out[3]],
+    }
+}
 /// `y[b, t, h, w, o] = bias[o] + sum x[b, t + dt - pt, h + dh - ph, w + dw - pw, i] w[o, dt, dh, dw, i]`.
 pub(crate) fn reference(
     x: &[f64],

@@ -10,22 +10,9 @@ use rmsnorm_silu_kernels::conv::fp8::{Fp8ConvKnobs, Fp8ConvOperands, launch_conv
 use rmsnorm_silu_kernels::cubecl::e4m3;
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::*;
-use rmsnorm_silu_kernels::cubecl::server::Handle;
-use rmsnorm_silu_kernels::cubecl::zspace::Shape;
-use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides;
 
 use crate::common::*;
-use crate::conv::reference;
-
-fn binding(handle: &Handle, shape: &[usize]) -> TensorBinding {
-    unsafe {
-        TensorBinding::from_raw_parts(
-            handle.clone(),
-            row_major_contiguous_strides(shape),
-            Shape::from(shape.to_vec()),
-        )
-    }
-}
+use crate::conv::{binding, reference, shape_of};
 
 /// Random E4M3 codes (of normal values in about ±4) and their values.
 fn codes(rng: &mut rand::rngs::StdRng, n: usize) -> (Vec<u8>, Vec<f64>) {
@@ -107,15 +94,7 @@ fn e4m3_convolution_matches_the_host() {
                     }
                 };
             let (want, out_shape) = reference(&x, xs, &w_scaled, ws, &bias_rounded, padding);
-            let shape = ConvShape {
-                batch: xs[0],
-                input: [xs[1], xs[2], xs[3]],
-                c_in: xs[4],
-                c_out,
-                kernel: [ws[1], ws[2], ws[3]],
-                padding: [padding.t.0, padding.h.0, padding.w.0],
-                output: [out_shape[1], out_shape[2], out_shape[3]],
-            };
+            let shape = shape_of(xs, ws, padding, out_shape);
             let poison = nan.repeat(want.len());
             let out = client.create_from_slice(&poison);
             let operands = Fp8ConvOperands {

@@ -14,8 +14,8 @@ use rmsnorm_silu_kernels::reference::rms_norm_silu_f64;
 use rmsnorm_silu_kernels::{Activation, NormParams};
 
 use crate::common::*;
-use crate::conv::reference;
-use crate::conv_wgmma::{bf16_bytes, bf16_values, binding, shape_of};
+use crate::conv::{binding, reference, shape_of};
+use crate::conv_wgmma::{bf16_bytes, bf16_values};
 
 /// Host inverse RMS of each `channels`-long row.
 fn host_inv_rms(x: &[f64], channels: usize, norm: NormParams) -> Vec<f64> {

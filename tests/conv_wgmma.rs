@@ -10,23 +10,9 @@ use burn_rmsnorm_silu::ConvPadding;
 use rmsnorm_silu_kernels::conv::wgmma::{WgmmaKnobs, launch_wgmma};
 use rmsnorm_silu_kernels::conv::{ConvOperands, ConvShape};
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
-use rmsnorm_silu_kernels::cubecl::prelude::*;
-use rmsnorm_silu_kernels::cubecl::server::Handle;
-use rmsnorm_silu_kernels::cubecl::zspace::Shape;
-use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides;
 
 use crate::common::*;
-use crate::conv::reference;
-
-pub(crate) fn binding(handle: &Handle, shape: &[usize]) -> TensorBinding {
-    unsafe {
-        TensorBinding::from_raw_parts(
-            handle.clone(),
-            row_major_contiguous_strides(shape),
-            Shape::from(shape.to_vec()),
-        )
-    }
-}
+use crate::conv::{binding, reference, shape_of};
 
 pub(crate) fn bf16_bytes(values: &[f64]) -> Vec<u8> {
     values
@@ -40,23 +26,6 @@ pub(crate) fn bf16_values(bytes: &[u8]) -> Vec<f64> {
         .chunks_exact(2)
         .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64())
         .collect()
-}
-
-pub(crate) fn shape_of(
-    xs: [usize; 5],
-    ws: [usize; 5],
-    padding: ConvPadding,
-    out: [usize; 5],
-) -> ConvShape {
-    ConvShape {
-        batch: xs[0],
-        input: [xs[1], xs[2], xs[3]],
-        c_in: xs[4],
-        c_out: ws[0],
-        kernel: [ws[1], ws[2], ws[3]],
-        padding: [padding.t.0, padding.h.0, padding.w.0],
-        output: [out[1], out[2], out[3]],
-    }
 }
 
 /// The launch shapes a GPU run checks; the CPU runtime checks one of each step (its scalar

@@ -5,6 +5,7 @@
 //! norm-into-convolution target. The values' correctness is tested in `tests/conv_wgmma.rs`.
 
 use burn_rmsnorm_silu::kernels::conv::prologue::launch_positions_inv_rms;
+use burn_rmsnorm_silu::kernels::conv::wgmma::select_wgmma;
 use burn_rmsnorm_silu::kernels::conv::{NormPrologue, launch_wgmma};
 use burn_rmsnorm_silu::kernels::forward::launch_forward;
 use burn_rmsnorm_silu::kernels::problem::{RowOperands, RowsProblem};
@@ -13,23 +14,6 @@ use burn_rmsnorm_silu::kernels::{Activation, NormParams};
 
 use super::case::{binding, host_values, upload};
 use super::*;
-
-/// The wgmma launch shape for a site: the table's, else two warpgroups of 128 channels in
-/// steps of 64 (32 where `C_in` needs it).
-fn wgmma_knobs(sm: u32, shape: &ConvShape) -> WgmmaKnobs {
-    match select_conv(Some(sm), shape) {
-        ConvChoice::Wgmma(k) => k,
-        _ => WgmmaKnobs {
-            k: if shape.c_in.is_multiple_of(64) {
-                64
-            } else {
-                32
-            },
-            stages: if shape.c_in.is_multiple_of(64) { 3 } else { 4 },
-            ..WgmmaKnobs::default()
-        },
-    }
-}
 
 pub(crate) fn normed(timer: &Timer, csv: &mut String, index: usize, site: &Site) {
     let s = &site.shape;
@@ -53,7 +37,7 @@ pub(crate) fn normed(timer: &Timer, csv: &mut String, index: usize, site: &Site)
     let norm = NormParams::rms(1e-6);
     let problem = RowsProblem::dense(positions, s.c_in);
     let row_knobs = select_knobs(&client, problem, 2, 2, 16);
-    let knobs = wgmma_knobs(sm, s);
+    let knobs = select_wgmma(Some(sm), s);
     let separate_norm = || {
         let operands = RowOperands {
             x: x.clone(),

@@ -8,14 +8,16 @@ use burn_cubecl::{
     tensor::CubeTensor,
 };
 use rmsnorm_silu_kernels::conv::prologue::launch_positions_inv_rms;
+use rmsnorm_silu_kernels::conv::wgmma::{select_wgmma, supported};
 use rmsnorm_silu_kernels::conv::{
-    ConvChoice, ConvOperands, ConvShape, NormPrologue, WgmmaKnobs, fallback_knobs, launch_conv,
-    launch_wgmma, select_conv_on,
+    ConvChoice, ConvOperands, ConvShape, NormPrologue, fallback_knobs, launch_conv, launch_wgmma,
+    select_conv_on,
 };
 use rmsnorm_silu_kernels::cubecl::ir::{ElemType, FloatKind};
 use rmsnorm_silu_kernels::cubecl::prelude::TensorBinding;
 use rmsnorm_silu_kernels::cubecl::zspace::striding::row_major_contiguous_strides as contiguous_strides;
 use rmsnorm_silu_kernels::cubecl::zspace::{Shape as ZShape, Strides};
+use rmsnorm_silu_kernels::device::device_sm;
 use rmsnorm_silu_kernels::{Activation, NormParams};
 
 use burn::tensor::ops::ConvOptions;
@@ -119,6 +121,40 @@ fn view(t: &CubeTensor, offset: usize, shape: &[usize], strides: &[usize]) -> Te
     }
 }
 
+/// The kernels' element type for a dtype they take (f32, f16, bf16).
+fn float_elem(dtype: DType) -> Option<ElemType> {
+    match dtype {
+        DType::F32 => Some(ElemType::Float(FloatKind::F32)),
+        DType::F16 => Some(ElemType::Float(FloatKind::F16)),
+        DType::BF16 => Some(ElemType::Float(FloatKind::BF16)),
+        _ => None,
+    }
+}
+
+/// `x` with its channels contiguous: the kernels read channels-last memory that way; another
+/// layout (a channels-first tensor permuted to channels-last) is copied once rather than
+/// refused.
+fn channels_contiguous(x: &CubeTensor) -> CubeTensor {
+    match x.meta.strides().last() {
+        Some(1) => x.clone(),
+        _ => into_contiguous(x.clone()),
+    }
+}
+
+/// The geometry of the convolution of `x` (`[B, T, H, W, C_in]`) by `kernel` (`[C_out, kT, kH,
+/// kW, C_in]`) with `padding` in front, into `out` (`[B, T', H', W', C_out]`).
+fn conv_shape(x: &[usize], kernel: &[usize], padding: ConvPadding, out: &[usize]) -> ConvShape {
+    ConvShape {
+        batch: x[0],
+        input: [x[1], x[2], x[3]],
+        c_in: x[4],
+        c_out: kernel[0],
+        kernel: [kernel[1], kernel[2], kernel[3]],
+        padding: [padding.t.0, padding.h.0, padding.w.0],
+        output: [out[1], out[2], out[3]],
+    }
+}
+
 /// One launch per phase, each writing its positions of one dense `out_dims` result: the
 /// direct kernel for at most four output channels (any CubeCL runtime), else cubek's
 /// implicit GEMM (the table's configuration, else cubek's own); or None where neither runs:
@@ -136,18 +172,8 @@ fn launch_phases(
 ) -> Option<CubeTensor> {
     let client = &x.client;
     let tensor_cores = client.properties().hardware.plane_size_max >= 32;
-    let elem = match x.dtype {
-        DType::F32 => ElemType::Float(FloatKind::F32),
-        DType::F16 => ElemType::Float(FloatKind::F16),
-        DType::BF16 => ElemType::Float(FloatKind::BF16),
-        _ => return None,
-    };
-    // The kernels read channels-last memory with the channels contiguous; another layout (a
-    // channels-first tensor permuted to channels-last) is copied once rather than refused.
-    let x = &match x.meta.strides().last() {
-        Some(1) => x.clone(),
-        _ => into_contiguous(x.clone()),
-    };
+    let elem = float_elem(x.dtype)?;
+    let x = &channels_contiguous(x);
     // Weights and bias are read as dense blocks, one per phase.
     let weights = into_contiguous(weights.clone());
     let bias = into_contiguous(bias.clone());
@@ -184,15 +210,7 @@ fn launch_phases(
     ];
     for p in 0..phases.count() {
         let padding = phases.padding[p];
-        let shape = ConvShape {
-            batch: dims[0],
-            input: [dims[1], dims[2], dims[3]],
-            c_in: dims[4],
-            c_out,
-            kernel: [kernel_dims[1], kernel_dims[2], kernel_dims[3]],
-            padding: [padding.t.0, padding.h.0, padding.w.0],
-            output: [phase_dims[1], phase_dims[2], phase_dims[3]],
-        };
+        let shape = conv_shape(&dims, &kernel_dims, padding, &phase_dims);
         let [at, ah, aw] = phases.offsets(p);
         let out_offset = at * out_strides[1] + ah * out_strides[2] + aw * out_strides[3];
         let choice = select_conv_on(client, &shape);
@@ -250,42 +268,20 @@ fn launch_normed(
     norm: NormParams,
 ) -> Option<CubeTensor> {
     let client = &x.client;
-    let elem = match x.dtype {
-        DType::F16 => ElemType::Float(FloatKind::F16),
-        DType::BF16 => ElemType::Float(FloatKind::BF16),
-        _ => return None,
-    };
-    let x = &match x.meta.strides().last() {
-        Some(1) => x.clone(),
-        _ => into_contiguous(x.clone()),
-    };
+    // Whether the kernel takes the problem (f32 among what it refuses), before any copy.
+    let elem = float_elem(x.dtype)?;
+    let dims = x.shape().to_vec();
+    let wdims = weight.shape().to_vec();
+    let out_dims = conv_output_shape(&dims, &wdims, &padding).ok()?;
+    let shape = conv_shape(&dims, &wdims, padding, &out_dims);
+    let knobs = select_wgmma(device_sm(client), &shape);
+    supported(client, &shape, elem, &knobs).ok()?;
+    let x = &channels_contiguous(x);
     let (weight, bias, gamma) = (
         into_contiguous(weight.clone()),
         into_contiguous(bias.clone()),
         into_contiguous(gamma.clone()),
     );
-    let dims = x.shape().to_vec();
-    let wdims = weight.shape().to_vec();
-    let out_dims = conv_output_shape(&dims, &wdims, &padding).ok()?;
-    let shape = ConvShape {
-        batch: dims[0],
-        input: [dims[1], dims[2], dims[3]],
-        c_in: dims[4],
-        c_out: wdims[0],
-        kernel: [wdims[1], wdims[2], wdims[3]],
-        padding: [padding.t.0, padding.h.0, padding.w.0],
-        output: [out_dims[1], out_dims[2], out_dims[3]],
-    };
-    let knobs = match select_conv_on(client, &shape) {
-        ConvChoice::Wgmma(k) => k,
-        _ if shape.c_in.is_multiple_of(64) => WgmmaKnobs::default(),
-        _ => WgmmaKnobs {
-            k: 32,
-            stages: 4,
-            ..WgmmaKnobs::default()
-        },
-    };
-    rmsnorm_silu_kernels::conv::wgmma::supported(client, &shape, elem, &knobs).ok()?;
     let positions: usize = dims[..4].iter().product();
     let inv_rms = empty_device_contiguous_dtype(
         client.clone(),

@@ -434,14 +434,8 @@ pub fn launch_direct(
     }
     let nv = channel_vector(shape, &xs, elem, knobs.chunk as usize);
     let [in_t, in_h, in_w] = shape.input;
-    let extent = |dims: [usize; 4], strides: &[usize]| {
-        dims.iter()
-            .zip(strides)
-            .map(|(d, s)| (d - 1) * s)
-            .sum::<usize>()
-    };
-    let x_len = (extent([shape.batch, in_t, in_h, in_w], &xs) + shape.c_in) / nv;
-    let y_len = extent([shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
+    let x_len = (super::span(&[shape.batch, in_t, in_h, in_w], &xs) + shape.c_in) / nv;
+    let y_len = super::span(&[shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
     let w_len = shape.c_out * shape.reduction();
     let cfg = DirectConfig {
         c_out: shape.c_out,

@@ -113,6 +113,16 @@ impl ConvShape {
     }
 }
 
+/// Elements from a strided tensor's first row to the start of its last (`sum (d - 1) s` over
+/// the outer axes): a launch's buffer length is this plus the row. 0 for an empty axis (a
+/// source of no frames, never read).
+pub(crate) fn span(dims: &[usize], strides: &[usize]) -> usize {
+    dims.iter()
+        .zip(strides)
+        .map(|(d, s)| d.saturating_sub(1) * s)
+        .sum()
+}
+
 /// How a convolution's kernel is configured.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ConvChoice {

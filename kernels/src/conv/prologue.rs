@@ -158,13 +158,7 @@ pub fn launch_positions_inv_rms(
     let lanes = if hw.plane_size_max >= 32 { 8 } else { 1 };
     let units = (hw.max_units_per_cube as usize).clamp(1, 256) / lanes * lanes;
     let per_cube = units / lanes;
-    let x_len = dims[..4]
-        .iter()
-        .zip(&xs)
-        .map(|(d, s)| (d - 1) * s)
-        .sum::<usize>()
-        / 8
-        + dims[4] / 8;
+    let x_len = (super::span(&dims[..4], &xs) + dims[4]) / 8;
     unsafe {
         positions_inv_rms::launch_unchecked(
             client,

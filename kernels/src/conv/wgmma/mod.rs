@@ -35,7 +35,7 @@ mod ptx;
 
 pub use kernel::conv_wgmma;
 
-use super::{ConvOperands, ConvShape};
+use super::{ConvOperands, ConvShape, span};
 use crate::device::device_sm;
 use crate::problem::KernelError;
 use cubecl::ir::{AddressType, ElemType, FloatKind};
@@ -197,6 +197,22 @@ pub struct WgmmaGeometry {
     pub y_w: usize,
 }
 
+/// The wgmma launch for `shape` on a device of compute capability `sm` (x 10): the table's
+/// `wgmma` entry, else two warpgroups of 128 channels in steps of 64, or of 32 with four in
+/// flight where `C_in` is not a multiple of 64 (for callers that run this kernel whatever the
+/// table says, such as the norm in its load).
+pub fn select_wgmma(sm: Option<u32>, shape: &ConvShape) -> WgmmaKnobs {
+    match super::select_conv(sm, shape) {
+        super::ConvChoice::Wgmma(k) => k,
+        _ if shape.c_in.is_multiple_of(64) => WgmmaKnobs::default(),
+        _ => WgmmaKnobs {
+            k: 32,
+            stages: 4,
+            ..WgmmaKnobs::default()
+        },
+    }
+}
+
 /// Whether the wgmma convolution with `knobs` can run `shape` on `client` (sm_90 or the CPU
 /// runtime, `C_in` a multiple of the knobs' step, 2-byte elements), and why not.
 pub fn supported(
@@ -313,14 +329,6 @@ pub fn launch_wgmma(
     let [in_t, in_h, in_w] = shape.input;
     let [out_t, out_h, out_w] = shape.output;
     let [pad_t, pad_h, pad_w] = shape.padding;
-    // Elements from a source's first to its last row (0 for a source of no frames, which the
-    // kernel never reads).
-    let extent = |dims: [usize; 4], strides: &[usize]| {
-        dims.iter()
-            .zip(strides)
-            .map(|(d, s)| d.saturating_sub(1) * s)
-            .sum::<usize>()
-    };
     let dims_of = |b: &TensorBinding| -> [usize; 4] {
         let d = b.shape.to_vec();
         [d[0], d[1], d[2], d[3]]
@@ -329,7 +337,7 @@ pub fn launch_wgmma(
         return bad(format!("a 5-D input, got {:?}", input.shape.to_vec()));
     }
     let head = dims_of(&input);
-    let x_len = (extent(head, &xs) + shape.c_in) / 8;
+    let x_len = (span(&head, &xs) + shape.c_in) / 8;
     // The second source: its frames, strides (vectors) and length; without one, the first
     // source stands in and no frame reaches it.
     let (tail_handle, tail_t, ts, tail_len) = match tail {
@@ -358,12 +366,12 @@ pub fn launch_wgmma(
                     input.shape.to_vec()
                 ));
             }
-            let len = (extent(dims_of(&tail.input), &ts) + shape.c_in) / 8;
+            let len = (span(&dims_of(&tail.input), &ts) + shape.c_in) / 8;
             (tail.input.handle, tail.first_frame, ts, len)
         }
         None => (input.handle.clone(), in_t, vec![0; 5], x_len),
     };
-    let y_len = extent([shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
+    let y_len = span(&[shape.batch, out_t, out_h, out_w], &ys) + shape.c_out;
     let w_len = shape.c_out * shape.reduction() / 8;
     // Without the prologue the kernel reads neither buffer: the bias stands in for both.
     let positions = shape.batch * in_t * in_h * in_w;
